@@ -1,0 +1,54 @@
+# glmops — the two commands a person needs are `make demo` and `make test`; both set up everything.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PY := .venv/bin/python
+VENV_STAMP := .venv/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: help
+help:
+	@echo "make demo    local control plane up, operator running, samples applied, summary"
+	@echo "make test    static checks and every test suite against the real local control plane"
+	@echo "make down    stop the demo operator and the demo control plane"
+	@echo "make generate  regenerate committed files (CRDs, chart schema and README)"
+
+.PHONY: system-deps
+system-deps:
+	@hack/system-deps.sh
+
+$(VENV_STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv .venv
+	@$(PY) -m pip install -q --upgrade pip
+	@$(PY) -m pip install -q -e '.[test,dev]'
+	@rm -f .venv/.installed-* && touch $@
+
+.PHONY: venv
+venv: system-deps $(VENV_STAMP)
+
+.PHONY: tools
+tools: system-deps
+	@cluster/build.sh >/dev/null
+
+.PHONY: generate
+generate: venv
+	@.venv/bin/glmctl generate
+
+.PHONY: check
+check: venv
+	@.venv/bin/glmctl generate --check
+	@.venv/bin/lint-imports --no-cache
+	@.venv/bin/mypy
+	@.venv/bin/ruff check operator tests
+	@.venv/bin/ruff format --check --quiet operator tests
+
+.PHONY: test
+test: venv tools check
+	@.venv/bin/pytest -p no:cacheprovider $(PYTEST_ARGS)
+
+.PHONY: demo
+demo: venv tools
+	@hack/demo.sh
+
+.PHONY: down
+down:
+	@hack/demo.sh down

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Builds the local control plane's binaries from their Go modules at the pins in
+# versions.env, into a cache outside git, and reuses what is already there.
+# Usage: cluster/build.sh            (prints the bin directory on its last line)
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=cluster/lib.sh
+source "$here/lib.sh"
+
+require_go
+# The wrapper module's go.mod is the real pin of Kubernetes and etcd; versions.env must agree with it.
+grep -q "k8s.io/kubernetes $KUBERNETES_VERSION\$" "$here/tools/k8s/go.mod" \
+  || die "cluster/tools/k8s/go.mod does not require k8s.io/kubernetes $KUBERNETES_VERSION (versions.env); update both"
+grep -q "go.etcd.io/etcd/server/v3 $ETCD_VERSION" "$here/tools/k8s/go.mod" \
+  || die "cluster/tools/k8s/go.mod does not pin go.etcd.io/etcd/server/v3 $ETCD_VERSION (versions.env); update both"
+bin="$(bin_dir)"
+mkdir -p "$bin"
+start=$(date +%s)
+built=()
+
+k8s_ldflags() {
+  local v="$KUBERNETES_VERSION" major minor
+  major="${v#v}"; major="${major%%.*}"
+  minor="${v#v*.}"; minor="${minor%%.*}"
+  local flags=""
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    flags+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+    flags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  echo "-s -w$flags"
+}
+
+build_k8s() {
+  local name="$1" pkg="$2"
+  [[ -x "$bin/$name" ]] && return 0
+  log "building $name ($pkg @ $KUBERNETES_VERSION)"
+  (cd "$here/tools/k8s" && CGO_ENABLED=0 go build -trimpath -ldflags "$(k8s_ldflags)" -o "$bin/$name.tmp" "$pkg") \
+    || die "go build of $name failed; see the compiler output above"
+  mv "$bin/$name.tmp" "$bin/$name"
+  built+=("$name")
+}
+
+go_install() {
+  local name="$1" modpath="$2" version="$3"
+  [[ -x "$bin/$name" ]] && return 0
+  log "building $name ($modpath@$version)"
+  local tmp; tmp="$(mktemp -d)"
+  CGO_ENABLED=0 GOBIN="$tmp" go install -trimpath -ldflags "-s -w" "$modpath@$version" \
+    || { rm -rf "$tmp"; die "go install of $modpath@$version failed; see the compiler output above"; }
+  mv "$tmp/$name" "$bin/$name"; rm -rf "$tmp"
+  built+=("$name")
+}
+
+build_k8s etcd ./cmd/etcd
+build_k8s kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+build_k8s kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
+build_k8s kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
+build_k8s kubectl k8s.io/kubernetes/cmd/kubectl
+go_install kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
+go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
+
+if ((${#built[@]})); then
+  log "built ${built[*]} in $(( $(date +%s) - start ))s into $bin"
+else
+  log "all binaries cached in $bin"
+fi
+echo "$bin"

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Generates the local cluster's CA, serving and client certificates and the service-account key,
+# once per state directory (existing files are kept). Usage: cluster/certs.sh DIR
+set -euo pipefail
+dir="$1"; mkdir -p "$dir"; cd "$dir"
+[[ -f .complete ]] && exit 0
+
+key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1.key" 2>/dev/null; }
+
+key ca
+openssl req -x509 -new -key ca.key -subj "/CN=glmops-local-ca" -days 3650 -out ca.crt \
+  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+
+# sign NAME SUBJECT EXTKEYUSAGE [SAN]
+sign() {
+  local name="$1" subj="$2" eku="$3" san="${4:-}"
+  key "$name"
+  openssl req -new -key "$name.key" -subj "$subj" -out "$name.csr"
+  {
+    echo "basicConstraints=CA:FALSE"
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    echo "extendedKeyUsage=$eku"
+    [[ -n "$san" ]] && echo "subjectAltName=$san"
+  } > "$name.ext"
+  openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+    -extfile "$name.ext" -out "$name.crt" 2>/dev/null
+  rm -f "$name.csr" "$name.ext"
+}
+
+sign apiserver "/CN=kube-apiserver" serverAuth \
+  "IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+sign admin "/O=system:masters/CN=glmops-admin" clientAuth
+sign kube-controller-manager "/CN=system:kube-controller-manager" clientAuth
+sign kube-scheduler "/CN=system:kube-scheduler" clientAuth
+# kwok plays every kubelet (node status, leases, pod status and deletion): it needs broad rights.
+sign kwok "/O=system:masters/CN=kwok" clientAuth
+
+openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key 2>/dev/null
+openssl pkey -in sa.key -pubout -out sa.pub
+chmod 600 ./*.key
+touch .complete

@@ -1,0 +1,140 @@
+# Shared helpers for the control-plane scripts. Sourced, not run.
+# shellcheck shell=bash
+here_lib="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=cluster/versions.env
+source "$here_lib/versions.env"
+
+log() { printf '[glmops-cluster] %s\n' "$*" >&2; }
+die() { printf '[glmops-cluster] error: %s\n' "$*" >&2; exit 1; }
+
+cache_root() { echo "${GLMOPS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/glmops}"; }
+
+# Binaries are keyed by every pin, so a changed pin never reuses an old build.
+bin_dir() {
+  echo "$(cache_root)/bin/k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
+}
+
+require_go() {
+  command -v go >/dev/null 2>&1 \
+    || die "Go is not installed or not on PATH; install Go >= $GO_MIN_VERSION (https://go.dev/doc/install) and re-run"
+  local have; have="$(go env GOVERSION)"; have="${have#go}"
+  local want_major="${GO_MIN_VERSION%%.*}" want_minor="${GO_MIN_VERSION#*.}"
+  local have_major="${have%%.*}" rest="${have#*.}"; local have_minor="${rest%%.*}"
+  if (( have_major < want_major || (have_major == want_major && have_minor < want_minor) )); then
+    die "Go $have is too old; the pinned modules need Go >= $GO_MIN_VERSION"
+  fi
+}
+
+cluster_name() { echo "${GLMOPS_CLUSTER:-glmops}"; }
+state_dir() { echo "$(cache_root)/clusters/$(cluster_name)"; }
+repo_root() { cd "$here_lib/.." && pwd; }
+
+APISERVER_PORT="${GLMOPS_APISERVER_PORT:-16443}"
+ETCD_PORT="${GLMOPS_ETCD_PORT:-12379}"
+KCM_PORT="${GLMOPS_KCM_PORT:-20257}"
+SCHEDULER_PORT="${GLMOPS_SCHEDULER_PORT:-20259}"
+KWOK_PORT="${GLMOPS_KWOK_PORT:-20247}"
+POD_CIDR="${GLMOPS_POD_CIDR:-127.20.0.0/16}"
+SERVICE_CIDR="${GLMOPS_SERVICE_CIDR:-10.96.0.0/16}"
+# Started in this order, stopped in reverse.
+DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+
+port_free() {
+  python3 - "$1" <<'PY'
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try:
+    s.bind(("127.0.0.1", int(sys.argv[1])))
+except OSError:
+    sys.exit(1)
+PY
+}
+
+# pid_alive NAME: the recorded process of NAME runs and is still that binary (not a reused pid).
+pid_alive() {
+  local f; f="$(state_dir)/pids/$1.pid"
+  [[ -f "$f" ]] || return 1
+  local pid; pid="$(cat "$f")"
+  [[ -n "$pid" && -r "/proc/$pid/cmdline" ]] || return 1
+  tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "/$1 " || return 1
+}
+
+any_recorded_alive() {
+  local d; for d in "${DAEMONS[@]}"; do pid_alive "$d" && return 0; done; return 1
+}
+
+cluster_healthy() {
+  local d; for d in "${DAEMONS[@]}"; do pid_alive "$d" || return 1; done
+  local c; c="$(state_dir)/certs"
+  curl -fsS --max-time 5 --cacert "$c/ca.crt" --cert "$c/admin.crt" --key "$c/admin.key" \
+    "https://127.0.0.1:$APISERVER_PORT/readyz" >/dev/null 2>&1
+}
+
+start_daemon() {
+  local name="$1"; shift
+  local s; s="$(state_dir)"
+  log "starting $name"
+  setsid "$@" >"$s/logs/$name.log" 2>&1 < /dev/null &
+  echo $! > "$s/pids/$name.pid"
+}
+
+is_daemon() { local d; for d in "${DAEMONS[@]}"; do [[ "$d" == "$1" ]] && return 0; done; return 1; }
+
+# wait_for WHAT SECONDS CMD...: retry CMD until it succeeds, or fail naming WHAT. When WHAT starts
+# with one of our daemons' names, its log is shown and an early exit of that daemon fails at once.
+wait_for() {
+  local what="$1" secs="$2"; shift 2
+  local name="${what%% *}" deadline=$(( $(date +%s) + secs ))
+  local logf; logf="$(state_dir)/logs/$name.log"
+  until "$@" >/dev/null 2>&1; do
+    if is_daemon "$name" && ! pid_alive "$name"; then
+      log "last lines of $logf:"; tail -n 20 "$logf" >&2
+      die "$name exited during start-up"
+    fi
+    if (( $(date +%s) >= deadline )); then
+      is_daemon "$name" && { log "last lines of $logf:"; tail -n 20 "$logf" >&2; }
+      die "$what not ready after ${secs}s"
+    fi
+    sleep 0.5
+  done
+}
+
+# write_kubeconfig FILE USER: a kubeconfig for one client certificate of this cluster.
+write_kubeconfig() {
+  local file="$1" user="$2" c; c="$(state_dir)/certs"
+  cat > "$file" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: $(cluster_name)
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority: $c/ca.crt
+users:
+- name: $user
+  user:
+    client-certificate: $c/$user.crt
+    client-key: $c/$user.key
+contexts:
+- name: $(cluster_name)
+  context: {cluster: $(cluster_name), user: $user, namespace: default}
+current-context: $(cluster_name)
+KC
+}
+
+python_bin() {
+  local venv; venv="$(repo_root)/.venv/bin/python"
+  if [[ -x "$venv" ]]; then echo "$venv"; else echo "${GLMOPS_PYTHON:-python3}"; fi
+}
+
+fleet_yaml() {
+  PYTHONPATH="$(repo_root)/operator${PYTHONPATH:+:$PYTHONPATH}" "$(python_bin)" -m glm_operator.cli.main fleet
+}
+
+nodes_ready() {
+  local want="$1" got
+  got=$("$(bin_dir)/kubectl" --kubeconfig="$(state_dir)/kubeconfig" get nodes -l glmops.dev/fake-node=true \
+    -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c '^True$')
+  (( got >= want ))
+}

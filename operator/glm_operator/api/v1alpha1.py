@@ -1,0 +1,319 @@
+"""GLMDeployment, glmops.dev/v1alpha1: the pydantic models the CRD schema is generated from.
+
+Field descriptions are what `kubectl explain glmdeployment.spec...` prints, so they are written for
+the person who types that command. Bounds and enums here are the API server's first line of checks;
+the known-issue rules (glm_operator.rules) are the second.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP = "glmops.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "GLMDeployment"
+PLURAL = "glmdeployments"
+SINGULAR = "glmdeployment"
+SHORT_NAMES = ("glmd",)
+
+# Kubernetes-style names, so the schema and the Python side agree on one spelling.
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
+_HF_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
+_BACKEND = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
+
+
+class _Model(BaseModel):
+    """Shared config: camelCase on the wire, unknown fields refused (as kubectl's strict validation does)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_attribute_docstrings=False,
+    )
+
+
+class AcceleratorType(StrEnum):
+    """GPU models glmops knows; each has a catalog entry with its architecture, memory and node labels."""
+
+    GB200 = "GB200"
+    GB300 = "GB300"
+    B200 = "B200"
+    B300 = "B300"
+    H100 = "H100"
+    H200 = "H200"
+    MI300X = "MI300X"
+    MI355X = "MI355X"
+    RTX_PRO_6000 = "RTX-PRO-6000"
+
+
+class Remediation(StrEnum):
+    """What admission does with a known-bad setting."""
+
+    AUTO = "Auto"
+    REJECT = "Reject"
+
+
+class SpeculativeMethod(StrEnum):
+    """vLLM speculative decoding methods glmops can render."""
+
+    MTP = "mtp"
+    NGRAM = "ngram"
+    EAGLE = "eagle"
+    EAGLE3 = "eagle3"
+    DRAFT_MODEL = "draft_model"
+    SUFFIX = "suffix"
+
+
+class ModelRef(_Model):
+    """The checkpoint to serve."""
+
+    name: str = Field(
+        min_length=3,
+        max_length=256,
+        pattern=_HF_ID,
+        description=(
+            "Hugging Face model id (organisation/name), e.g. RedHatAI/GLM-5.3-MXFP4. It is resolved "
+            "against the model catalog, which knows its architecture, checkpoint format and size."
+        ),
+    )
+    revision: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$",
+        description="Branch, tag or commit of the model repository. Unset means the default branch (main).",
+    )
+
+
+class AcceleratorSpec(_Model):
+    """The GPUs each replica runs on."""
+
+    type: AcceleratorType = Field(
+        description=(
+            "GPU model. Selects the nodes (by the labels the vendor's GPU operator sets), the vLLM "
+            "platform (CUDA or ROCm) and the known-issue rules that apply."
+        ),
+    )
+    gpus_per_node: int | None = Field(
+        default=None,
+        ge=1,
+        le=16,
+        description=(
+            "GPUs on each node of this type. Unset means the catalog's default for the type "
+            "(4 for GB200/GB300 trays, 8 for HGX and OAM platforms)."
+        ),
+    )
+
+
+class ParallelismSpec(_Model):
+    """How one replica is split across GPUs: GPUs per replica = tensor x pipeline x data."""
+
+    tensor: int = Field(default=1, ge=1, le=64, description="Tensor parallel size (--tensor-parallel-size).")
+    pipeline: int = Field(default=1, ge=1, le=64, description="Pipeline parallel size (--pipeline-parallel-size).")
+    data: int = Field(default=1, ge=1, le=1024, description="Data parallel size (--data-parallel-size).")
+    expert: bool = Field(
+        default=False,
+        description=(
+            "Expert parallelism (--enable-expert-parallel): MoE experts are sharded across the "
+            "tensor x data ranks instead of tensor-split. Needs tensor x data > 1."
+        ),
+    )
+
+    def gpus(self) -> int:
+        """GPUs one replica needs."""
+        return self.tensor * self.pipeline * self.data
+
+    def summary(self) -> str:
+        """The short form printed in `kubectl get glmd`, e.g. `TP1 PP1 DP8 EP`."""
+        parts = [f"TP{self.tensor}", f"PP{self.pipeline}", f"DP{self.data}"]
+        if self.expert:
+            parts.append("EP")
+        return " ".join(parts)
+
+
+class SpeculativeSpec(_Model):
+    """Speculative decoding (--speculative-config)."""
+
+    method: SpeculativeMethod = Field(
+        default=SpeculativeMethod.MTP,
+        description="Draft method. GLM-5.x checkpoints carry one MTP layer, so mtp needs no draft model.",
+    )
+    num_speculative_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=16,
+        description="Tokens drafted per step. Unset means the draft config's own value.",
+    )
+
+
+class EnvVar(_Model):
+    """An environment variable for the vLLM container."""
+
+    name: str = Field(min_length=1, max_length=256, pattern=_ENV_NAME, description="Variable name.")
+    value: str = Field(default="", max_length=4096, description="Variable value.")
+
+
+class EngineSpec(_Model):
+    """The vLLM engine: which build, and the flags that change numerics."""
+
+    vllm_version: str | None = Field(
+        default=None,
+        pattern=r"^[0-9]+\.[0-9]+\.[0-9]+([a-z]+[0-9]*)?$",
+        description=(
+            "vLLM release, e.g. 0.30.0. Without `image`, selects glmops' patched image of that "
+            "release for the accelerator's platform. Optional when `image` is set."
+        ),
+    )
+    image: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=512,
+        description=(
+            "Container image to run. Overrides the choice made from vllmVersion. An image the "
+            "catalog does not know is judged by the version in its tag, or vllmVersion."
+        ),
+    )
+    moe_backend: str = Field(
+        default="auto",
+        max_length=64,
+        pattern=_BACKEND,
+        description="vLLM --moe-backend. auto lets vLLM (and glmops' remediation) choose.",
+    )
+    attention_backend: str = Field(
+        default="auto",
+        max_length=64,
+        pattern=_BACKEND,
+        description="vLLM --attention-backend (an AttentionBackendEnum name). auto lets vLLM choose.",
+    )
+    kv_cache_dtype: str = Field(
+        default="auto",
+        max_length=64,
+        pattern=_BACKEND,
+        description="vLLM --kv-cache-dtype. auto means the model's dtype (vLLM picks fp8 for some models).",
+    )
+    speculative: SpeculativeSpec | None = Field(default=None, description="Speculative decoding. Unset means none.")
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=128,
+        description=(
+            "Extra environment for the vLLM container, e.g. VLLM_PP_LAYER_PARTITION. Names are unique. "
+            "A variable set here is never changed by remediation."
+        ),
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    extra_args: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Extra arguments appended to `vllm serve`.",
+        json_schema_extra={"items": {"type": "string", "maxLength": 1024}},
+    )
+
+    def env_value(self, name: str) -> str | None:
+        """The value the user set for an environment variable, or None when unset."""
+        return next((e.value for e in self.env if e.name == name), None)
+
+
+class ValidationSpec(_Model):
+    """How admission treats settings that hit a known vLLM issue."""
+
+    remediation: Remediation = Field(
+        default=Remediation.AUTO,
+        description=(
+            "Auto: repair settings left unset or auto, record the change, admit. Reject: refuse "
+            "instead. A value set explicitly is never overridden: that is always a rejection."
+        ),
+    )
+
+
+class CanarySpec(BaseModel):
+    """Correctness canaries run against each serving pod before it joins the Service."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class GLMDeploymentSpec(_Model):
+    """Desired state of a GLM-5.x deployment on vLLM."""
+
+    model: ModelRef = Field(description="The checkpoint to serve.")
+    accelerator: AcceleratorSpec = Field(description="The GPUs each replica runs on.")
+    parallelism: ParallelismSpec = Field(
+        default_factory=ParallelismSpec,
+        description="How one replica is split across GPUs.",
+        json_schema_extra={"default": {}},
+    )
+    engine: EngineSpec = Field(
+        default_factory=EngineSpec,
+        description="The vLLM engine and its numerics-relevant flags.",
+        json_schema_extra={"default": {}},
+    )
+    replicas: int = Field(default=1, ge=0, le=1024, description="Independent serving replicas.")
+    validation: ValidationSpec = Field(
+        default_factory=ValidationSpec,
+        description="How admission treats known-bad settings.",
+        json_schema_extra={"default": {}},
+    )
+    canary: CanarySpec = Field(
+        default_factory=CanarySpec,
+        description="Correctness canaries gating each pod's readiness.",
+        json_schema_extra={"default": {}, "x-kubernetes-preserve-unknown-fields": True},
+    )
+
+
+class Condition(_Model):
+    """A standard Kubernetes status condition."""
+
+    type: str = Field(max_length=316, description="Condition type: Validated, Progressing, Ready, Degraded.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(
+        default="",
+        max_length=1024,
+        description="One CamelCase word saying why, for machines.",
+    )
+    message: str = Field(default="", max_length=32768, description="What happened, for people.")
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The .metadata.generation this condition was computed from."
+    )
+    last_transition_time: str | None = Field(
+        default=None,
+        description="When status last changed (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
+    )
+
+
+class GLMDeploymentStatus(_Model):
+    """Observed state, written by the operator."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The .metadata.generation the operator last acted on."
+    )
+    parallelism: str | None = Field(default=None, description="Parallelism summary, e.g. `TP1 PP1 DP8 EP`.")
+    gpus_per_replica: int | None = Field(default=None, ge=0, description="GPUs one replica uses.")
+    replicas: int | None = Field(default=None, ge=0, description="Serving replicas that exist.")
+    ready_replicas: int | None = Field(
+        default=None, ge=0, description="Replicas whose pods passed their canaries and serve traffic."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Validated, Progressing, Ready, Degraded.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+
+
+class GLMDeployment(_Model):
+    """A GLM-5.x model served by vLLM, checked against known vLLM issues and gated on correct answers."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    api_version: Literal["glmops.dev/v1alpha1"] = Field(default="glmops.dev/v1alpha1")
+    kind: Literal["GLMDeployment"] = Field(default="GLMDeployment")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: GLMDeploymentSpec
+    status: GLMDeploymentStatus = Field(default_factory=GLMDeploymentStatus)

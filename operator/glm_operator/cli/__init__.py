@@ -1,0 +1,1 @@
+"""glmctl: the operator's checks and renderers, usable outside a cluster."""

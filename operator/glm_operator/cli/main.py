@@ -1,0 +1,75 @@
+"""glmctl entry point: one subcommand per job, each a thin shell over pure code."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from glm_operator import __version__
+from glm_operator.api.crd import render_crd_yaml
+from glm_operator.catalog import load_accelerators
+from glm_operator.cli.generate import stale_files, write_all
+from glm_operator.render.fleet import default_fleet
+
+
+def _cmd_crd(_: argparse.Namespace) -> int:
+    sys.stdout.write(render_crd_yaml())
+    return 0
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    root = Path(args.root)
+    if args.check:
+        stale = stale_files(root)
+        for p in stale:
+            print(f"{p}: out of date; run `glmctl generate` (or `make generate`) and commit it", file=sys.stderr)
+        return 1 if stale else 0
+    for p in write_all(root):
+        print(f"wrote {p}")
+    return 0
+
+
+def _cmd_fleet(args: argparse.Namespace) -> int:
+    nodes = default_fleet(load_accelerators(), args.nodes_per_type)
+    sys.stdout.write(yaml.safe_dump_all(nodes, sort_keys=False))
+    return 0
+
+
+def _cmd_version(_: argparse.Namespace) -> int:
+    print(f"glmctl {__version__}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="glmctl", description="glmops: GLM-5.x on vLLM, checked before it serves.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    crd = sub.add_parser("crd", help="print the GLMDeployment CRD generated from the API models")
+    crd.set_defaults(func=_cmd_crd)
+
+    gen = sub.add_parser("generate", help="write the generated files (CRDs, chart schema and README)")
+    gen.add_argument("--check", action="store_true", help="write nothing; exit 1 if a committed file is stale")
+    gen.add_argument("--root", default=".", help="repository root (default: .)")
+    gen.set_defaults(func=_cmd_generate)
+
+    fleet = sub.add_parser("fleet", help="print the fake GPU nodes of the local control plane")
+    fleet.add_argument("--nodes-per-type", type=int, default=None, help="nodes of each accelerator type")
+    fleet.set_defaults(func=_cmd_fleet)
+
+    version = sub.add_parser("version", help="print the version")
+    version.set_defaults(func=_cmd_version)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Pure builders from a spec (or a catalog) to Kubernetes objects."""

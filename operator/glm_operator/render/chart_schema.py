@@ -1,0 +1,99 @@
+"""values.schema.json and the chart's values table, generated from the commented values.yaml.
+
+A `# -- text` comment right above a key documents it (continued by further `#` lines). Types come
+from the default values. A mapping whose every key is documented is closed (`additionalProperties:
+false`), so a typo in a documented section fails `helm install` instead of being silently ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import yaml
+
+_KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_.-]+):")
+
+
+def value_descriptions(text: str) -> dict[tuple[str, ...], str]:
+    """Map each documented key path to its `# --` description."""
+    docs: dict[tuple[str, ...], str] = {}
+    stack: list[tuple[int, str]] = []
+    pending: list[str] | None = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("# --"):
+            pending = [stripped[4:].strip()]
+            continue
+        if stripped.startswith("#") and pending is not None:
+            pending.append(stripped[1:].strip())
+            continue
+        match = _KEY.match(line)
+        if not match or stripped.startswith("-"):
+            pending = None if not stripped else pending
+            continue
+        indent = len(match["indent"])
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        stack.append((indent, match["key"]))
+        if pending:
+            docs[tuple(k for _, k in stack)] = " ".join(pending)
+        pending = None
+    return docs
+
+
+def _schema(value: Any, path: tuple[str, ...], docs: dict[tuple[str, ...], str]) -> dict[str, Any]:
+    node: dict[str, Any]
+    if isinstance(value, dict):
+        props = {k: _schema(v, (*path, k), docs) for k, v in value.items()}
+        node = {"type": "object"}
+        if props:
+            node["properties"] = props
+            if all((*path, k) in docs for k in value):
+                node["additionalProperties"] = False
+    elif isinstance(value, list):
+        node = {"type": "array"}
+        if value:
+            node["items"] = _schema(value[0], (*path, "[]"), docs)
+    elif isinstance(value, bool):
+        node = {"type": "boolean"}
+    elif isinstance(value, int):
+        node = {"type": "integer"}
+    elif isinstance(value, float):
+        node = {"type": "number"}
+    elif value is None:
+        node = {}
+    else:
+        node = {"type": "string"}
+    if path in docs:
+        node["description"] = docs[path]
+    return node
+
+
+def values_schema(values_text: str) -> dict[str, Any]:
+    """The JSON schema of the chart's values."""
+    values = yaml.safe_load(values_text) or {}
+    schema = {
+        "$schema": "https://json-schema.org/draft-07/schema#",
+        **_schema(values, (), value_descriptions(values_text)),
+    }
+    return schema
+
+
+def render_values_schema(values_text: str) -> str:
+    return json.dumps(values_schema(values_text), indent=2) + "\n"
+
+
+def values_table(values_text: str) -> str:
+    """A Markdown table of every documented value, for the chart README."""
+    values = yaml.safe_load(values_text) or {}
+    rows = ["| Key | Type | Default | Description |", "|---|---|---|---|"]
+    for path, text in value_descriptions(values_text).items():
+        node: Any = values
+        for key in path:
+            node = node[key]
+        kind = _schema(node, (), {}).get("type", "")
+        default = json.dumps(node) if not isinstance(node, dict) or not node else "see values.yaml"
+        rows.append(f"| `{'.'.join(path)}` | {kind} | `{default}` | {text} |")
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,116 @@
+"""Fake GPU nodes for the local control plane, built from the accelerator catalog.
+
+kwok keeps these Node objects alive (heartbeats, leases, pod lifecycle); no kubelet runs. Each node
+carries the capacity and labels the vendors' GPU operators would set on a real node of its type, so
+scheduling, node selectors and tolerations behave as they do on a real cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from glm_operator.catalog import Accelerator, AcceleratorCatalog
+
+KWOK_MANAGED_LABEL = "glmops.dev/fake-node"
+DEFAULT_NODES_PER_TYPE = 2
+# NVL72 jobs span trays, so the 4-GPU Grace-Blackwell types get enough trays for DP8/DP16 tests.
+NODES_PER_TYPE_OVERRIDES = {"GB200": 4, "GB300": 4}
+
+
+def gpu_taint(acc: Accelerator) -> dict[str, str]:
+    """The taint GPU node pools commonly carry, so only pods that ask for GPUs land there."""
+    return {"key": acc.resource_name, "value": "present", "effect": "NoSchedule"}
+
+
+def _node_name(acc: Accelerator, index: int) -> str:
+    return f"gpu-{re.sub(r'[^a-z0-9-]', '-', acc.name.lower())}-{index}"
+
+
+def _vendor_labels(acc: Accelerator) -> dict[str, str]:
+    labels = {key: values[0] for key, values in acc.node_selector.items()}
+    labels.update(acc.fleet_labels)
+    if acc.vendor == "nvidia":
+        labels.update(
+            {
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.count": str(acc.gpus_per_node),
+                "nvidia.com/gpu.memory": str(round(acc.memory_gib * 1024)),
+                "nvidia.com/gpu.replicas": "1",
+                "nvidia.com/gpu.sharing-strategy": "none",
+            }
+        )
+    else:
+        labels["amd.com/gpu.vram"] = f"{round(acc.memory_gib)}G"
+    return labels
+
+
+def fake_node(acc: Accelerator, index: int) -> dict[str, Any]:
+    """One kwok-managed Node of the given accelerator type."""
+    name = _node_name(acc, index)
+    gpus = str(acc.gpus_per_node)
+    resources = {
+        "cpu": "128",
+        "memory": "1536Gi",
+        "ephemeral-storage": "8Ti",
+        "pods": "110",
+        acc.resource_name: gpus,
+    }
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": acc.cpu_arch,
+        "node.kubernetes.io/instance-type": f"fake-{acc.name.lower()}",
+        "type": "kwok",
+        KWOK_MANAGED_LABEL: "true",
+        "glmops.dev/accelerator": acc.name,
+        **_vendor_labels(acc),
+    }
+    if acc.multi_node_nvlink:
+        labels["nvidia.com/gpu.clique"] = f"fake-nvl72-{acc.name.lower()}.0"
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0", "kwok.x-k8s.io/node": "fake"},
+        },
+        "spec": {"taints": [gpu_taint(acc)]},
+        "status": {"allocatable": dict(resources), "capacity": dict(resources)},
+    }
+
+
+def cpu_node(index: int) -> dict[str, Any]:
+    """An untainted node without GPUs, where the operator and other system pods run."""
+    name = f"cpu-{index}"
+    resources = {"cpu": "32", "memory": "128Gi", "ephemeral-storage": "1Ti", "pods": "110"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "node.kubernetes.io/instance-type": "fake-cpu",
+                "type": "kwok",
+                KWOK_MANAGED_LABEL: "true",
+            },
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0", "kwok.x-k8s.io/node": "fake"},
+        },
+        "status": {"allocatable": dict(resources), "capacity": dict(resources)},
+    }
+
+
+CPU_NODES = 2
+
+
+def default_fleet(catalog: AcceleratorCatalog, nodes_per_type: int | None = None) -> list[dict[str, Any]]:
+    """Nodes for every accelerator in the catalog, plus untainted CPU nodes for system pods."""
+    nodes: list[dict[str, Any]] = [cpu_node(i) for i in range(CPU_NODES)]
+    for acc in catalog.accelerators.values():
+        count = nodes_per_type or NODES_PER_TYPE_OVERRIDES.get(acc.name, DEFAULT_NODES_PER_TYPE)
+        nodes.extend(fake_node(acc, i) for i in range(count))
+    return nodes

@@ -1,0 +1,1 @@
+"""Known-issue rules: pure functions from a spec and the catalogs to findings."""

@@ -1,0 +1,102 @@
+"""Session fixtures: the real local control plane, the CRD, the operator, and one namespace per test."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.cluster import REPO, Cluster, Kubectl, eventually, run_script, script_env
+
+ARTIFACTS = Path(os.environ.get("GLMOPS_TEST_ARTIFACTS", REPO / ".test-artifacts"))
+
+
+def _cluster_running() -> bool:
+    return subprocess.run([str(REPO / "cluster" / "status.sh")], env=script_env(), capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    """The test control plane: reused when already running, else started now and stopped at the end."""
+    started_here = not _cluster_running()
+    out = run_script("up.sh")
+    kubeconfig = out.strip().splitlines()[-1].removeprefix("export KUBECONFIG=")
+    bin_dir = Path(run_script("build.sh").strip().splitlines()[-1])
+    state_dir = Path(kubeconfig).parent
+    yield Cluster(bin_dir, state_dir, kubeconfig, Kubectl(str(bin_dir / "kubectl"), kubeconfig))
+    if started_here and not os.environ.get("GLMOPS_KEEP_CLUSTER"):
+        run_script("down.sh")
+
+
+@pytest.fixture(scope="session")
+def kubectl(cluster: Cluster) -> Kubectl:
+    return cluster.kubectl
+
+
+@pytest.fixture(scope="session")
+def crd_installed(kubectl: Kubectl) -> None:
+    kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    kubectl.run("wait", "--for=condition=Established", "crd/glmdeployments.glmops.dev", "--timeout=60s")
+    # The OpenAPI document (kubectl explain, field validation) is published shortly after Established.
+    eventually(
+        lambda: kubectl.run("explain", "glmdeployment.spec", check=False).returncode == 0,
+        timeout=60,
+        what="the GLMDeployment OpenAPI schema to be published",
+    )
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: Cluster, crd_installed: None) -> Iterator[subprocess.Popen[bytes]]:
+    """The operator, run as users run it outside a cluster: `kopf run` on our handlers."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    log = open(ARTIFACTS / "operator.log", "wb")  # noqa: SIM115 (kept open for the whole session)
+    env = dict(os.environ, KUBECONFIG=cluster.kubeconfig)
+    proc = subprocess.Popen(
+        [
+            str(REPO / ".venv" / "bin" / "kopf"),
+            "run",
+            "--standalone",
+            "--all-namespaces",
+            "-m",
+            "glm_operator.handlers",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+    )
+    yield proc
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, kubectl: Kubectl) -> Iterator[str]:
+    """A fresh namespace named after the test; dumped to artifacts if the test fails, then deleted."""
+    digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]
+    base = request.node.name.lower().replace("_", "-")
+    name = f"t-{''.join(c for c in base if c.isalnum() or c == '-')[:40].strip('-')}-{digest}"
+    kubectl.run("create", "namespace", name)
+    kubectl.run("label", "namespace", name, "glmops.dev/test=true")
+    yield name
+    failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
+    if failed:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        dump = kubectl.run("get", "all,glmd,events", "-n", name, "-o", "yaml", check=False).stdout
+        (ARTIFACTS / f"{name}.yaml").write_text(dump)
+    kubectl.run("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

@@ -1,0 +1,90 @@
+"""The Helm chart: lints, renders, refuses bad values, and installs on the real control plane."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+import yaml
+
+from tests.support.cluster import REPO, Cluster, Kubectl, eventually
+
+pytestmark = pytest.mark.cluster
+CHART = str(REPO / "charts" / "glmops")
+
+
+def _helm(cluster: Cluster, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [cluster.helm, f"--kubeconfig={cluster.kubeconfig}", *args], capture_output=True, text=True, timeout=180
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stderr}\n{proc.stdout}")
+    return proc
+
+
+def test_chart_lints_clean(cluster: Cluster) -> None:
+    out = _helm(cluster, "lint", "--strict", CHART)
+    assert "0 chart(s) failed" in out.stdout
+
+
+def test_template_renders_the_operator_with_rbac_and_the_crd(cluster: Cluster) -> None:
+    out = _helm(cluster, "template", "glmops", CHART, "--namespace", "glmops-system", "--include-crds").stdout
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(out) if d}
+    assert ("CustomResourceDefinition", "glmdeployments.glmops.dev") in kinds
+    assert ("Deployment", "glmops") in kinds
+    assert ("ClusterRole", "glmops") in kinds and ("ServiceAccount", "glmops") in kinds
+
+
+def test_template_with_watch_namespaces_scopes_the_operator(cluster: Cluster) -> None:
+    out = _helm(cluster, "template", "glmops", CHART, "--set", "watchNamespaces={team-a,team-b}").stdout
+    deploy = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment")
+    args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=team-a" in args and "--namespace=team-b" in args and "--all-namespaces" not in args
+
+
+@pytest.mark.parametrize(
+    "flag, fragment",
+    [("replica=2", "replica"), ("image.tga=x", "tga"), ("replicas=two", "replicas")],
+)
+def test_values_schema_refuses_typos_and_wrong_types(cluster: Cluster, flag: str, fragment: str) -> None:
+    proc = _helm(cluster, "template", "glmops", CHART, "--set", flag, check=False)
+    assert proc.returncode != 0
+    assert "values don't meet the specifications of the schema" in proc.stderr and fragment in proc.stderr
+
+
+@pytest.fixture
+def release(cluster: Cluster, kubectl: Kubectl, namespace: str) -> Iterator[str]:
+    yield namespace
+    _helm(cluster, "uninstall", "glmops", "--namespace", namespace, check=False)
+
+
+def test_helm_install_runs_the_operator_deployment(cluster: Cluster, kubectl: Kubectl, release: str) -> None:
+    ns = release
+    _helm(
+        cluster,
+        "install",
+        "glmops",
+        CHART,
+        "--namespace",
+        ns,
+        "--set",
+        f"watchNamespaces={{{ns}}}",
+        "--wait",
+        "--timeout",
+        "120s",
+    )
+    deploy = kubectl.get("deployment", "glmops", ns)
+    assert deploy["status"].get("availableReplicas") == 1
+    pods = kubectl.get("pods", namespace=ns)["items"]
+    assert pods and pods[0]["spec"]["nodeName"].startswith("cpu-"), "the operator needs no GPU node"
+    assert kubectl.run("get", "crd", "glmdeployments.glmops.dev").returncode == 0
+    can = kubectl.run(
+        "auth", "can-i", "patch", "glmdeployments.glmops.dev/status", f"--as=system:serviceaccount:{ns}:glmops"
+    ).stdout.strip()
+    assert can == "yes"
+    cannot = kubectl.run(
+        "auth", "can-i", "delete", "nodes", f"--as=system:serviceaccount:{ns}:glmops", check=False
+    ).stdout.strip()
+    assert cannot == "no"
+    eventually(lambda: _helm(cluster, "status", "glmops", "-n", ns).stdout.count("STATUS: deployed") == 1)

@@ -1,0 +1,70 @@
+"""The control-plane scripts fail with a clear message when something they need is missing."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+from tests.support.cluster import CLUSTER_DIR, Cluster
+
+
+def _run(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(CLUSTER_DIR / script)], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_build_without_go_says_go_is_missing(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GLMOPS_CACHE": str(tmp_path / "cache")}
+    if any(Path(d, "go").exists() for d in env["PATH"].split(":")):
+        env["PATH"] = str(tmp_path)  # a PATH with no go at all; bash is found by absolute path below
+    proc = subprocess.run(["/bin/bash", str(CLUSTER_DIR / "build.sh")], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "Go is not installed or not on PATH" in proc.stderr
+
+
+def test_up_without_a_build_and_without_go_names_the_missing_build(tmp_path: Path) -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "GLMOPS_CACHE": str(tmp_path / "empty-cache"),
+        "GLMOPS_CLUSTER": "nobuild",
+        "GLMOPS_APISERVER_PORT": "17999",
+    }
+    if Path("/usr/bin/go").exists():
+        env["PATH"] = f"{tmp_path}:/bin"
+    proc = subprocess.run(["/bin/bash", str(CLUSTER_DIR / "up.sh")], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "Go is not installed" in proc.stderr
+
+
+def test_up_refuses_a_port_in_use_and_names_it(cluster: Cluster, tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        env = dict(
+            os.environ,
+            GLMOPS_CLUSTER="portclash",
+            GLMOPS_APISERVER_PORT=str(port),
+            GLMOPS_ETCD_PORT="14379",
+            GLMOPS_KCM_PORT="22257",
+            GLMOPS_SCHEDULER_PORT="22259",
+            GLMOPS_KWOK_PORT="22247",
+        )
+        proc = _run("up.sh", env)
+    assert proc.returncode != 0
+    assert f"port {port} on 127.0.0.1 is in use" in proc.stderr
+    assert "GLMOPS_" in proc.stderr, "the message says how to pick another port"
+
+
+def test_status_reports_a_stopped_cluster_as_not_running(tmp_path: Path) -> None:
+    env = dict(os.environ, GLMOPS_CLUSTER="never-started", GLMOPS_CACHE=str(tmp_path))
+    proc = _run("status.sh", env)
+    assert proc.returncode == 1
+    assert "kube-apiserver: not running" in proc.stdout
+
+
+def test_down_of_a_cluster_that_is_not_running_is_a_no_op(tmp_path: Path) -> None:
+    env = dict(os.environ, GLMOPS_CLUSTER="never-started", GLMOPS_CACHE=str(tmp_path))
+    assert _run("down.sh", env).returncode == 0

@@ -1,0 +1,109 @@
+"""The real local control plane for tests: start it once (or reuse it), and drive it with kubectl."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER_DIR = REPO / "cluster"
+
+# Tests get their own cluster (own ports and state), so `make demo` can run beside them.
+TEST_CLUSTER_ENV = {
+    "GLMOPS_CLUSTER": "glmops-test",
+    "GLMOPS_APISERVER_PORT": "17443",
+    "GLMOPS_ETCD_PORT": "13379",
+    "GLMOPS_KCM_PORT": "21257",
+    "GLMOPS_SCHEDULER_PORT": "21259",
+    "GLMOPS_KWOK_PORT": "21247",
+    "GLMOPS_POD_CIDR": "127.21.0.0/16",
+}
+
+
+def script_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    for key, value in TEST_CLUSTER_ENV.items():
+        env.setdefault(key, value)
+    env.update(extra or {})
+    return env
+
+
+def run_script(name: str, *args: str, env: dict[str, str] | None = None, timeout: float = 1800) -> str:
+    """Run cluster/<name> and return its stdout; raise with its stderr on failure."""
+    proc = subprocess.run(
+        [str(CLUSTER_DIR / name), *args], env=env or script_env(), capture_output=True, text=True, timeout=timeout
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"cluster/{name} failed ({proc.returncode}):\n{proc.stderr}\n{proc.stdout}")
+    return proc.stdout
+
+
+@dataclass
+class Kubectl:
+    binary: str
+    kubeconfig: str
+
+    def run(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [self.binary, f"--kubeconfig={self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed:\n{proc.stderr}")
+        return proc
+
+    def apply(self, obj: dict[str, Any] | str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        text = obj if isinstance(obj, str) else yaml.safe_dump(obj)
+        return self.run("apply", "-f", "-", *args, input=text, check=check)
+
+    def get(self, kind: str, name: str | None = None, namespace: str | None = None) -> dict[str, Any]:
+        args = ["get", kind, *([name] if name else []), "-o", "json"]
+        if namespace:
+            args += ["-n", namespace]
+        result: dict[str, Any] = json.loads(self.run(*args).stdout)
+        return result
+
+
+@dataclass
+class Cluster:
+    bin_dir: Path
+    state_dir: Path
+    kubeconfig: str
+    kubectl: Kubectl
+
+    @property
+    def helm(self) -> str:
+        return str(self.bin_dir / "helm")
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.state_dir / "certs" / "ca.crt"
+
+
+def eventually(check: Callable[[], Any], timeout: float = 60, interval: float = 0.5, what: str = "") -> Any:
+    """Retry `check` until it returns a truthy value without raising; fail with its last error."""
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+            last = None
+        except AssertionError as err:
+            last = err
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or check}: {last}")
