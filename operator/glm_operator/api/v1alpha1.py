@@ -197,6 +197,15 @@ class EngineSpec(_Model):
         pattern=_BACKEND,
         description="vLLM --kv-cache-dtype. auto means the model's dtype (vLLM picks fp8 for some models).",
     )
+    all2all_backend: str = Field(
+        default="auto",
+        alias="all2allBackend",
+        max_length=64,
+        pattern=_BACKEND,
+        description=(
+            "vLLM --all2all-backend for expert parallelism. auto keeps vLLM's default (allgather_reducescatter)."
+        ),
+    )
     speculative: SpeculativeSpec | None = Field(default=None, description="Speculative decoding. Unset means none.")
     env: list[EnvVar] = Field(
         default_factory=list,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from glm_operator.api.crd import render_crd_yaml
 from glm_operator.render.chart_schema import render_values_schema, values_table
+from glm_operator.rules.docs import render_rules_md
 
 CHART = Path("charts/glmops")
 
@@ -33,6 +34,7 @@ GENERATED: dict[Path, Callable[[Path], str]] = {
     CHART / "crds/glmops.dev_glmdeployments.yaml": lambda _root: render_crd_yaml(),
     CHART / "values.schema.json": lambda root: render_values_schema(_values(root)),
     CHART / "README.md": lambda root: _CHART_README_HEAD + values_table(_values(root)),
+    Path("docs/rules.md"): lambda _root: render_rules_md(),
 }
 
 

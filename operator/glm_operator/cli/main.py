@@ -13,6 +13,7 @@ from glm_operator import __version__
 from glm_operator.api.crd import render_crd_yaml
 from glm_operator.catalog import load_accelerators
 from glm_operator.cli.generate import stale_files, write_all
+from glm_operator.cli.validate import validate
 from glm_operator.render.fleet import default_fleet
 
 
@@ -39,6 +40,10 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_validate(args: argparse.Namespace) -> int:
+    return validate(args.files, args.output)
+
+
 def _cmd_version(_: argparse.Namespace) -> int:
     print(f"glmctl {__version__}")
     return 0
@@ -59,6 +64,16 @@ def build_parser() -> argparse.ArgumentParser:
     fleet = sub.add_parser("fleet", help="print the fake GPU nodes of the local control plane")
     fleet.add_argument("--nodes-per-type", type=int, default=None, help="nodes of each accelerator type")
     fleet.set_defaults(func=_cmd_fleet)
+
+    val = sub.add_parser(
+        "validate",
+        help="check GLMDeployment manifests against the schema, the known-issue rules and the policy",
+        description="Exit 0 when every object is admitted (maybe repaired or with warnings), 1 when any is "
+        "refused, 2 for unreadable input or an unknown kind.",
+    )
+    val.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    val.add_argument("files", nargs="+", metavar="FILE", help="manifest files, or - for standard input")
+    val.set_defaults(func=_cmd_validate)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=_cmd_version)

@@ -1,0 +1,118 @@
+"""The image catalog: which vLLM version and platform an image runs, and which glmops patches it carries."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from glm_operator.catalog.versions import Version
+
+Platform = Literal["cuda", "rocm"]
+
+
+class PatchRange(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    platforms: tuple[Platform, ...]
+    from_: str
+    until: str | None = None
+
+    def covers(self, platform: str, version: Version) -> bool:
+        return (
+            platform in self.platforms
+            and version >= Version.parse(self.from_)
+            and (self.until is None or version < Version.parse(self.until))
+        )
+
+
+class ImageInfo(BaseModel):
+    """What glmops knows (or assumes) about one image reference."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ref: str
+    version: str | None
+    platform: Platform | None
+    patches: tuple[str, ...]
+    known: bool
+    patched: bool
+
+
+class ImageCatalog(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    versions: tuple[str, ...]
+    default_version: str
+    stock: dict[str, str]
+    patched_images: dict[str, str]
+    patches: dict[str, PatchRange]
+
+    def patches_for(self, platform: str, version: str) -> tuple[str, ...]:
+        v = Version.parse(version)
+        return tuple(name for name, rng in self.patches.items() if rng.covers(platform, v))
+
+    def patched_ref(self, platform: str, version: str) -> str:
+        return self.patched_images[platform].format(version=version)
+
+    def stock_ref(self, platform: str, version: str) -> str:
+        return self.stock[platform].format(version=version)
+
+    def known_images(self) -> dict[str, ImageInfo]:
+        out: dict[str, ImageInfo] = {}
+        for version in self.versions:
+            for platform in ("cuda", "rocm"):
+                stock = self.stock_ref(platform, version)
+                out[stock] = ImageInfo(
+                    ref=stock, version=version, platform=platform, patches=(), known=True, patched=False
+                )
+                ref = self.patched_ref(platform, version)
+                out[ref] = ImageInfo(
+                    ref=ref,
+                    version=version,
+                    platform=platform,
+                    patches=self.patches_for(platform, version),
+                    known=True,
+                    patched=True,
+                )
+        return out
+
+    def describe(self, ref: str) -> ImageInfo:
+        """Catalog facts for a known image; for an unknown one, the version in its tag and no patches."""
+        bare = ref.split("@", 1)[0]
+        known = self.known_images()
+        if bare in known:
+            return known[bare]
+        name, _, tag = bare.rpartition(":") if ":" in bare.rsplit("/", 1)[-1] else (bare, "", "")
+        version = Version.from_tag(tag) if tag else None
+        platform: Platform | None = "rocm" if "rocm" in name.lower() else None
+        return ImageInfo(
+            ref=ref,
+            version=str(version) if version else None,
+            platform=platform,
+            patches=(),
+            known=False,
+            patched=False,
+        )
+
+
+def parse_images(text: str) -> ImageCatalog:
+    raw = yaml.safe_load(text)
+    return ImageCatalog(
+        versions=tuple(raw["vllmVersions"]),
+        default_version=raw["defaultVllmVersion"],
+        stock=raw["stock"],
+        patched_images=raw["patched"],
+        patches={
+            name: PatchRange(platforms=tuple(b["platforms"]), from_=b["from"], until=b.get("until"))
+            for name, b in raw["patches"].items()
+        },
+    )
+
+
+@cache
+def load_images() -> ImageCatalog:
+    return parse_images(resources.files("glm_operator.catalog").joinpath("data/images.yaml").read_text())

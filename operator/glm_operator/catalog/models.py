@@ -1,0 +1,80 @@
+"""The model catalog: what each GLM-5.x checkpoint is, so rules can reason about it."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+CheckpointFormat = Literal["bf16", "fp8", "modelopt-nvfp4", "compressed-tensors-mxfp4-w4a4", "quark-mxfp4"]
+
+
+class ModelInfo(BaseModel):
+    """One checkpoint."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+    name: str
+    family: str
+    architecture: str
+    format: CheckpointFormat
+    layers: int = Field(ge=1)
+    first_k_dense_replace: int = Field(ge=0)
+    index_topk: int = Field(ge=1)
+    index_topk_freq: int = Field(ge=1)
+    index_skip_topk_offset: int = Field(ge=0)
+    mtp_layers: int = Field(ge=0)
+    weight_gb: float = Field(gt=0, alias="weightGB")
+    expert_fraction: float = Field(ge=0, le=1)
+    bf16_modules: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+
+    def computes_topk(self, layer: int) -> bool:
+        """Whether `layer` runs the DSA indexer (else it reuses the last computed top-k indices).
+
+        vLLM's rule for GlmMoeDsa: a layer skips when
+        max(layer - index_skip_topk_offset + 1, 0) % index_topk_freq != 0.
+        """
+        return max(layer - self.index_skip_topk_offset + 1, 0) % self.index_topk_freq == 0
+
+    def computing_layers(self) -> list[int]:
+        return [i for i in range(self.layers) if self.computes_topk(i)]
+
+
+class Lookup(BaseModel):
+    """A resolved model name: the entry, and the alias it was reached through (if any)."""
+
+    model: ModelInfo
+    via_alias: str | None = None
+
+
+class ModelCatalog(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    models: dict[str, ModelInfo]
+
+    def lookup(self, name: str) -> Lookup | None:
+        if name in self.models:
+            return Lookup(model=self.models[name])
+        for model in self.models.values():
+            if name in model.aliases:
+                return Lookup(model=model, via_alias=name)
+        lowered = {k.lower(): v for k, v in self.models.items()}
+        if name.lower() in lowered:  # Hugging Face ids are case-insensitive
+            return Lookup(model=lowered[name.lower()])
+        return None
+
+
+def parse_models(text: str) -> ModelCatalog:
+    raw = yaml.safe_load(text) or {}
+    entries = raw.get("models") or {}
+    return ModelCatalog(models={n: ModelInfo.model_validate({"name": n, **b}) for n, b in entries.items()})
+
+
+@cache
+def load_models() -> ModelCatalog:
+    return parse_models(resources.files("glm_operator.catalog").joinpath("data/models.yaml").read_text())

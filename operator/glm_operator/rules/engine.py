@@ -1,0 +1,177 @@
+"""Admission policy: evaluate every rule, repair what Auto may repair, and decide.
+
+Auto repairs only settings the user left unset (or that glmops itself set earlier, as recorded in the
+`glmops.dev/remediations` annotation). A repair that would override an explicit value is never made:
+the finding stays an error naming the field. Reject changes nothing. The same function serves the
+webhooks, `glmctl validate` and the operator.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from glm_operator.api import GLMDeployment
+from glm_operator.rules.context import Catalogs, resolve
+from glm_operator.rules.feasibility import FEASIBILITY_CHECKS
+from glm_operator.rules.findings import Change, Finding
+from glm_operator.rules.known_issues import KNOWN_ISSUE_CHECKS
+
+REMEDIATIONS_ANNOTATION = "glmops.dev/remediations"
+MAX_REPAIR_ROUNDS = 4
+
+
+@dataclass
+class Admission:
+    allowed: bool
+    findings: list[Finding]
+    patched: dict[str, Any]
+    changes: list[Change] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity != "error"]
+
+    def rejection(self) -> str:
+        """One message listing every problem, as the API server shows it."""
+        lines = [f.message for f in self.errors]
+        return f"{len(lines)} problem(s) with this GLMDeployment:\n" + "\n".join(f"- {line}" for line in lines)
+
+
+def evaluate(obj: dict[str, Any], catalogs: Catalogs) -> list[Finding]:
+    """Every finding for one object, without changing it."""
+    try:
+        parsed = GLMDeployment.model_validate(obj)
+    except ValidationError as err:
+        return schema_findings(err)
+    ctx = resolve(parsed.spec, catalogs, owned_env(obj))
+    findings: list[Finding] = []
+    for check in (*FEASIBILITY_CHECKS, *KNOWN_ISSUE_CHECKS):
+        findings.extend(check(ctx))
+    return findings
+
+
+def schema_findings(err: ValidationError) -> list[Finding]:
+    out = []
+    for e in err.errors():
+        path = ".".join(str(p) for p in e["loc"])
+        value = json.dumps(e.get("input")) if not isinstance(e.get("input"), dict) else "{...}"
+        out.append(
+            Finding(
+                rule="schema",
+                severity="error",
+                field=path,
+                value=value,
+                problem=e["msg"],
+                fix=f"See `kubectl explain glmdeployment.{path}`",
+            )
+        )
+    return out
+
+
+def owned_env(obj: dict[str, Any]) -> dict[str, str]:
+    """Environment values glmops set in earlier repairs (so it may set them again)."""
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(REMEDIATIONS_ANNOTATION)
+    try:
+        records = json.loads(raw) if raw else []
+    except json.JSONDecodeError:
+        return {}
+    return {r["env"]: r["value"] for r in records if isinstance(r, dict) and "env" in r and "value" in r}
+
+
+def admit(obj: dict[str, Any], catalogs: Catalogs | None = None) -> Admission:
+    """Decide on one GLMDeployment, repairing it first when its policy is Auto."""
+    catalogs = catalogs or Catalogs.packaged()
+    current = copy.deepcopy(obj)
+    findings = evaluate(current, catalogs)
+    if any(f.rule == "schema" for f in findings):
+        return Admission(False, findings, current)
+    auto = (current.get("spec", {}).get("validation") or {}).get("remediation", "Auto") == "Auto"
+    applied: list[tuple[Finding, Change]] = []
+    current, default_change = _pin_default_version(current, catalogs) if auto else (current, None)
+    for _ in range(MAX_REPAIR_ROUNDS if auto else 0):
+        repairable = [f for f in findings if f.severity == "error" and f.changes and not f.blocked_by]
+        if not repairable:
+            break
+        for finding in repairable:
+            for change in finding.changes:
+                _apply(current, change)
+                applied.append((finding, change))
+        _record(current, applied)
+        findings = evaluate(current, catalogs)
+    remediated = [
+        Finding(
+            rule=f.rule,
+            severity="remediated",
+            field=c.path,
+            value=str(c.value),
+            problem=f"repaired: {f.problem}",
+            fix=c.describe(),
+            upstream=f.upstream,
+        )
+        for f, c in applied
+    ]
+    if default_change:
+        remediated.insert(
+            0,
+            Finding(
+                rule="defaults",
+                severity="remediated",
+                field=default_change.path,
+                value=str(default_change.value),
+                problem="left unset; glmops pins its default",
+                fix=default_change.describe(),
+            ),
+        )
+    all_findings = remediated + findings
+    changes = ([default_change] if default_change else []) + [c for _, c in applied]
+    return Admission(not any(f.severity == "error" for f in findings), all_findings, current, changes)
+
+
+def _pin_default_version(obj: dict[str, Any], catalogs: Catalogs) -> tuple[dict[str, Any], Change | None]:
+    engine = obj.setdefault("spec", {}).setdefault("engine", {})
+    if engine.get("image") or engine.get("vllmVersion"):
+        return obj, None
+    engine["vllmVersion"] = catalogs.images.default_version
+    return obj, Change("spec.engine.vllmVersion", catalogs.images.default_version)
+
+
+def _apply(obj: dict[str, Any], change: Change) -> None:
+    engine = obj.setdefault("spec", {}).setdefault("engine", {})
+    if change.env_name:
+        env = engine.setdefault("env", [])
+        for entry in env:
+            if entry.get("name") == change.env_name:
+                entry["value"] = change.value
+                return
+        env.append({"name": change.env_name, "value": change.value})
+        return
+    *parents, leaf = change.path.split(".")[1:]
+    node = obj["spec"]
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = change.value
+
+
+def _record(obj: dict[str, Any], applied: list[tuple[Finding, Change]]) -> None:
+    """Keep the remediation record on the object: which rule set which value."""
+    annotations = obj.setdefault("metadata", {}).setdefault("annotations", {})
+    try:
+        records = json.loads(annotations.get(REMEDIATIONS_ANNOTATION) or "[]")
+    except json.JSONDecodeError:
+        records = []
+    by_key = {(r.get("env") or r.get("field")): r for r in records if isinstance(r, dict)}
+    for finding, change in applied:
+        key = change.env_name or change.path
+        entry = {"rule": finding.rule, "value": change.value}
+        entry["env" if change.env_name else "field"] = key
+        by_key[key] = entry
+    annotations[REMEDIATIONS_ANNOTATION] = json.dumps(list(by_key.values()), sort_keys=True)

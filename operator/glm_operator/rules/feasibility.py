@@ -1,0 +1,362 @@
+"""Checks that a spec can run at all: GPUs, memory, formats, backends, versions, managed flags."""
+
+from __future__ import annotations
+
+import math
+
+from glm_operator.rules.backends import (
+    all2all_backends,
+    kv_cache_dtypes,
+    moe_backends,
+    platform_of_all2all,
+    platform_of_attention,
+    platform_of_moe_backend,
+)
+from glm_operator.rules.context import Context
+from glm_operator.rules.findings import Finding, Severity
+
+GPU_MEMORY_UTILIZATION = 0.92  # vLLM's default --gpu-memory-utilization
+KV_CACHE_RESERVE = 0.10  # share of each GPU kept free of weights for the KV cache
+GIB = 1024**3
+
+# Flags glmops renders from spec fields; setting them in extraArgs would contradict the checked spec.
+MANAGED_FLAGS = {
+    "--tensor-parallel-size": "spec.parallelism.tensor",
+    "-tp": "spec.parallelism.tensor",
+    "--pipeline-parallel-size": "spec.parallelism.pipeline",
+    "-pp": "spec.parallelism.pipeline",
+    "--data-parallel-size": "spec.parallelism.data",
+    "-dp": "spec.parallelism.data",
+    "--enable-expert-parallel": "spec.parallelism.expert",
+    "-ep": "spec.parallelism.expert",
+    "--no-enable-expert-parallel": "spec.parallelism.expert",
+    "--moe-backend": "spec.engine.moeBackend",
+    "--attention-backend": "spec.engine.attentionBackend",
+    "--all2all-backend": "spec.engine.all2allBackend",
+    "--kv-cache-dtype": "spec.engine.kvCacheDtype",
+    "--speculative-config": "spec.engine.speculative",
+    "-sc": "spec.engine.speculative",
+    "--spec-method": "spec.engine.speculative",
+    "--spec-tokens": "spec.engine.speculative",
+    "--model": "spec.model.name",
+    "--revision": "spec.model.revision",
+}
+
+
+def _f(rule: str, severity: Severity, field: str, value: object, problem: str, fix: str) -> Finding:
+    return Finding(
+        rule=f"feasibility/{rule}",
+        severity=severity,
+        field=field,
+        value=str(value),
+        problem=problem,
+        fix=fix,
+    )
+
+
+def model_known(ctx: Context) -> list[Finding]:
+    """The model is in the catalog (an alias resolves with a warning; an unknown model is a warning)."""
+    name = ctx.spec.model.name
+    if ctx.model is None:
+        known = ", ".join(sorted(ctx.catalogs.models.models))
+        return [
+            _f(
+                "model",
+                "warning",
+                "spec.model.name",
+                name,
+                "not in the model catalog, so checkpoint-specific rules are not evaluated",
+                f"Use a catalogued checkpoint ({known}) or extend the catalog",
+            )
+        ]
+    if ctx.model.via_alias:
+        real = ctx.model.model.name
+        return [
+            _f(
+                "model",
+                "warning",
+                "spec.model.name",
+                name,
+                f"no such Hugging Face repository; it is a common alias of {real}",
+                f"glmops serves {real} under the name {name}; write {real} to silence this",
+            )
+        ]
+    return []
+
+
+def gpus_fit_nodes(ctx: Context) -> list[Finding]:
+    """A replica uses at most one node, or a whole number of nodes."""
+    p = ctx.spec.parallelism
+    per_node = ctx.spec.accelerator.gpus_per_node or ctx.accelerator.gpus_per_node
+    gpus = p.gpus()
+    if gpus <= per_node or gpus % per_node == 0:
+        return []
+    return [
+        _f(
+            "gpus",
+            "error",
+            "spec.parallelism",
+            p.summary(),
+            f"a replica needs {gpus} GPUs, which is not a whole number of {per_node}-GPU {ctx.accelerator.name} nodes",
+            f"Use at most {per_node} GPUs per replica or a multiple of {per_node}",
+        )
+    ]
+
+
+def expert_needs_ranks(ctx: Context) -> list[Finding]:
+    """Expert parallelism needs tensor x data > 1."""
+    p = ctx.spec.parallelism
+    if p.expert and p.tensor * p.data <= 1:
+        return [
+            _f(
+                "expert-parallel",
+                "error",
+                "spec.parallelism.expert",
+                "true",
+                "expert parallelism needs tensor x data > 1, here it is 1",
+                "Set expert: false, or raise parallelism.data or parallelism.tensor",
+            )
+        ]
+    return []
+
+
+def pipeline_fits_layers(ctx: Context) -> list[Finding]:
+    """No more pipeline stages than the model has layers."""
+    pp = ctx.spec.parallelism.pipeline
+    if ctx.model is not None and pp > ctx.model.model.layers:
+        return [
+            _f(
+                "pipeline",
+                "error",
+                "spec.parallelism.pipeline",
+                pp,
+                f"more stages than {ctx.model.model.name} has layers ({ctx.model.model.layers})",
+                "Use fewer pipeline stages",
+            )
+        ]
+    return []
+
+
+def format_on_architecture(ctx: Context) -> list[Finding]:
+    """The checkpoint format runs on the accelerator architecture."""
+    if ctx.model is None:
+        return []
+    fmt = ctx.catalogs.formats[ctx.model.model.format]
+    family = ctx.accelerator.arch_family
+    if family in fmt.warn:
+        return [
+            _f(
+                "format",
+                "warning",
+                "spec.accelerator.type",
+                ctx.accelerator.name,
+                f"{ctx.model.model.name} is {fmt.description}: {fmt.warn[family]}",
+                "Prefer an FP8 or BF16 checkpoint here",
+            )
+        ]
+    if family not in fmt.supported:
+        return [
+            _f(
+                "format",
+                "error",
+                "spec.accelerator.type",
+                ctx.accelerator.name,
+                f"{ctx.model.model.name} is {fmt.description}, which does not run on {family}: {fmt.why}",
+                f"Use an accelerator of {', '.join(fmt.supported)} or another checkpoint of {ctx.model.model.family}",
+            )
+        ]
+    return []
+
+
+def mtp_needs_layers(ctx: Context) -> list[Finding]:
+    """MTP speculative decoding only for models with MTP layers."""
+    spec = ctx.spec.engine.speculative
+    if spec is not None and spec.method == "mtp" and ctx.model is not None and ctx.model.model.mtp_layers == 0:
+        return [
+            _f(
+                "mtp",
+                "error",
+                "spec.engine.speculative.method",
+                "mtp",
+                f"{ctx.model.model.name} has no MTP layers",
+                "Remove spec.engine.speculative or use another method",
+            )
+        ]
+    return []
+
+
+def weights_fit(ctx: Context) -> list[Finding]:
+    """Weights per GPU fit the GPU memory with 10 % kept for the KV cache (at vLLM's 0.92 utilisation)."""
+    if ctx.model is None:
+        return []
+    model, p = ctx.model.model, ctx.spec.parallelism
+    weight = model.weight_gb * 1e9 / GIB
+    expert_shards = p.tensor * p.pipeline * (p.data if p.expert else 1)
+    per_gpu = weight * model.expert_fraction / expert_shards + weight * (1 - model.expert_fraction) / (
+        p.tensor * p.pipeline
+    )
+    budget = ctx.accelerator.memory_gib * (GPU_MEMORY_UTILIZATION - KV_CACHE_RESERVE)
+    if per_gpu <= budget:
+        return []
+    need = math.ceil(weight / budget)
+    return [
+        _f(
+            "memory",
+            "error",
+            "spec.parallelism",
+            p.summary(),
+            f"{model.name} needs about {per_gpu:.0f} GiB of weights per GPU, more than the {budget:.0f} GiB a "
+            f"{ctx.accelerator.memory_gib:g} GiB {ctx.accelerator.name} leaves beside the KV cache",
+            f"Shard over at least {need} GPUs (tensor x pipeline) or use a smaller checkpoint",
+        )
+    ]
+
+
+def backends_valid(ctx: Context) -> list[Finding]:
+    """MoE, all-to-all, attention backends and KV cache dtype exist in the vLLM version and run on the platform."""
+    engine, out = ctx.spec.engine, []
+    checks = [
+        (
+            "spec.engine.moeBackend",
+            engine.moe_backend.lower().replace("-", "_"),
+            moe_backends(ctx.version),
+            platform_of_moe_backend,
+        ),
+        ("spec.engine.all2allBackend", engine.all2all_backend, all2all_backends(ctx.version), platform_of_all2all),
+        ("spec.engine.kvCacheDtype", engine.kv_cache_dtype, kv_cache_dtypes(ctx.version), lambda _n: None),
+    ]
+    for field, value, valid, platform_of in checks:
+        if value != "auto" and value not in valid:
+            out.append(
+                _f(
+                    "backend",
+                    "error",
+                    field,
+                    value,
+                    f"not a value vLLM {ctx.version or ''} accepts".replace("  ", " "),
+                    f"Use one of: {', '.join(sorted(valid))}",
+                )
+            )
+        elif (needs := platform_of(value)) and needs != ctx.platform:
+            out.append(
+                _f(
+                    "backend",
+                    "error",
+                    field,
+                    value,
+                    f"runs only on {needs.upper()}, and {ctx.accelerator.name} is {ctx.platform.upper()}",
+                    "Use auto or a backend of this platform",
+                )
+            )
+    attention = engine.attention_backend
+    if attention != "auto" and (needs := platform_of_attention(attention)) and needs != ctx.platform:
+        out.append(
+            _f(
+                "backend",
+                "error",
+                "spec.engine.attentionBackend",
+                attention,
+                f"runs only on {needs.upper()}, and {ctx.accelerator.name} is {ctx.platform.upper()}",
+                "Use auto or a backend of this platform",
+            )
+        )
+    return out
+
+
+def version_known(ctx: Context) -> list[Finding]:
+    """The vLLM version is known for the image, matches it, and the image matches the platform."""
+    engine, images = ctx.spec.engine, ctx.catalogs.images
+    supported = ", ".join(images.versions)
+    if engine.image is None:
+        if engine.vllm_version and engine.vllm_version not in images.versions:
+            return [
+                _f(
+                    "version",
+                    "error",
+                    "spec.engine.vllmVersion",
+                    engine.vllm_version,
+                    "glmops has no patched image for this vLLM version",
+                    f"Use one of {supported}, or set spec.engine.image",
+                )
+            ]
+        return []
+    out = []
+    if ctx.version is None:
+        out.append(
+            _f(
+                "version",
+                "warning",
+                "spec.engine.image",
+                engine.image,
+                "the vLLM version of this image is unknown, so every version-bound rule assumes it is affected",
+                "Set spec.engine.vllmVersion to the version the image runs",
+            )
+        )
+    elif not ctx.image.known and str(ctx.version) not in images.versions:
+        out.append(
+            _f(
+                "version",
+                "warning",
+                "spec.engine.image",
+                engine.image,
+                f"vLLM {ctx.version} is not a version glmops has checked ({supported})",
+                "Prefer a checked version",
+            )
+        )
+    tag_version = ctx.image.version
+    if engine.vllm_version and tag_version and engine.vllm_version != tag_version:
+        out.append(
+            _f(
+                "version",
+                "error",
+                "spec.engine.vllmVersion",
+                engine.vllm_version,
+                f"contradicts the image, which runs vLLM {tag_version}",
+                "Remove spec.engine.vllmVersion or make them agree",
+            )
+        )
+    if ctx.image.platform and ctx.image.platform != ctx.platform:
+        out.append(
+            _f(
+                "platform",
+                "error",
+                "spec.engine.image",
+                engine.image,
+                f"a {ctx.image.platform.upper()} image cannot drive {ctx.accelerator.name} ({ctx.platform.upper()})",
+                f"Use a {ctx.platform.upper()} image",
+            )
+        )
+    return out
+
+
+def managed_flags(ctx: Context) -> list[Finding]:
+    """extraArgs does not set flags glmops renders from the spec."""
+    out = []
+    for i, arg in enumerate(ctx.spec.engine.extra_args):
+        flag = arg.split("=", 1)[0].replace("_", "-") if arg.startswith("-") else None
+        if flag in MANAGED_FLAGS:
+            out.append(
+                _f(
+                    "extra-args",
+                    "error",
+                    f"spec.engine.extraArgs[{i}]",
+                    arg,
+                    "glmops renders this flag from the spec, where the rules can check it",
+                    f"Set {MANAGED_FLAGS[flag]} instead",
+                )
+            )
+    return out
+
+
+FEASIBILITY_CHECKS = (
+    model_known,
+    gpus_fit_nodes,
+    expert_needs_ranks,
+    pipeline_fits_layers,
+    format_on_architecture,
+    mtp_needs_layers,
+    weights_fit,
+    backends_valid,
+    version_known,
+    managed_flags,
+)

@@ -1,0 +1,112 @@
+"""Feasibility checks: the spec can run at all on the hardware and vLLM version it names."""
+
+from __future__ import annotations
+
+import pytest
+
+from glm_operator.rules.context import Catalogs
+from glm_operator.rules.engine import evaluate
+from tests.support.builders import GLMDeploymentBuilder as B
+
+CATALOGS = Catalogs.packaged()
+
+
+def findings(b: B) -> dict[tuple[str, str], str]:
+    return {(f.rule, f.severity): f.message for f in evaluate(b.build(), CATALOGS)}
+
+
+@pytest.mark.parametrize(
+    "builder, rule, severity, fragment",
+    [
+        (
+            B().accelerator("H200").tensor(8).expert(False).data(2).tensor(6),
+            "feasibility/gpus",
+            "error",
+            "12 GPUs, which is not a whole number of 8-GPU H200 nodes",
+        ),
+        (B().accelerator("H200").tensor(8).expert(), "feasibility/memory", None, None),
+        (B().accelerator("H200").expert(), "feasibility/expert-parallel", "error", "tensor x data > 1"),
+        (B().accelerator("H200").tensor(2), "feasibility/memory", "error", "GiB of weights per GPU"),
+        (
+            B().model("amd/GLM-5.2-MXFP4").accelerator("B200").tensor(8),
+            "feasibility/format",
+            "error",
+            "does not run on sm100",
+        ),
+        (B().model("nvidia/GLM-5.3-NVFP4").accelerator("H200").tensor(8), "feasibility/format", "error", "Blackwell"),
+        (
+            B().model("RedHatAI/GLM-5.3-MXFP4").accelerator("H200").tensor(8),
+            "feasibility/format",
+            "warning",
+            "no FP4 tensor cores",
+        ),
+        (
+            B().accelerator("H200").tensor(8).set("spec.engine.moeBackend", "aiter"),
+            "feasibility/backend",
+            "error",
+            "runs only on ROCM",
+        ),
+        (
+            B()
+            .model("amd/GLM-5.2-MXFP4")
+            .accelerator("MI355X")
+            .tensor(8)
+            .set("spec.engine.attentionBackend", "FLASHMLA_SPARSE"),
+            "feasibility/backend",
+            "error",
+            "runs only on CUDA",
+        ),
+        (
+            B().accelerator("H200").tensor(8).set("spec.engine.moeBackend", "warp_speed"),
+            "feasibility/backend",
+            "error",
+            "Use one of",
+        ),
+        (B().accelerator("H200").tensor(8).vllm("0.29.0"), "feasibility/version", "error", "no patched image"),
+        (
+            B().accelerator("H200").tensor(8).image("vllm/vllm-openai-rocm:v0.30.0"),
+            "feasibility/platform",
+            "error",
+            "ROCM image cannot drive H200",
+        ),
+        (
+            B().accelerator("H200").tensor(8).image("vllm/vllm-openai:v0.30.0").vllm("0.31.0"),
+            "feasibility/version",
+            "error",
+            "contradicts the image",
+        ),
+        (
+            B()
+            .accelerator("H200")
+            .tensor(8)
+            .set("spec.engine.extraArgs", ["--max-model-len=8192", "--tensor-parallel-size=4"]),
+            "feasibility/extra-args",
+            "error",
+            "spec.engine.extraArgs[1]: --tensor-parallel-size=4",
+        ),
+        (
+            B().model("zai-org/GLM-5.3-FP8").accelerator("H200").tensor(8),
+            "feasibility/model",
+            "warning",
+            "common alias of zai-org/GLM-5.3",
+        ),
+        (
+            B().model("someone/GLM-5.3-finetune").accelerator("H200").tensor(8),
+            "feasibility/model",
+            "warning",
+            "not in the model catalog",
+        ),
+    ],
+)
+def test_feasibility_finding(builder: B, rule: str, severity: str | None, fragment: str | None) -> None:
+    got = findings(builder)
+    if severity is None:
+        assert not any(r == rule for r, _ in got), got
+    else:
+        assert (rule, severity) in got, got
+        assert fragment in got[(rule, severity)]
+
+
+def test_dp8_ep_on_gb200_spans_two_trays_and_fits() -> None:
+    got = findings(B().model("RedHatAI/GLM-5.3-MXFP4").accelerator("GB200").data(8).expert().vllm("0.32.0"))
+    assert not any(sev == "error" for _, sev in got), got

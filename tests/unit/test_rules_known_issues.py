@@ -1,0 +1,210 @@
+"""The three known-issue rules: version boundaries, hardware, explicit vs default values."""
+
+from __future__ import annotations
+
+import pytest
+
+from glm_operator.rules.context import Catalogs
+from glm_operator.rules.engine import admit, evaluate
+from glm_operator.rules.findings import Finding
+from tests.support.builders import GLMDeploymentBuilder as B
+
+CATALOGS = Catalogs.packaged()
+
+
+def rules_hit(obj: dict) -> dict[str, Finding]:
+    return {f.rule: f for f in evaluate(obj, CATALOGS) if f.severity == "error"}
+
+
+def mxfp4_ep(image: str | None = "vllm/vllm-openai:v0.30.0", acc: str = "GB200") -> B:
+    b = B().model("RedHatAI/GLM-5.3-MXFP4").accelerator(acc).data(8).expert()
+    return b.image(image) if image else b
+
+
+# --- vllm-58729 ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "version, broken",
+    [("0.27.1", True), ("0.30.0", True), ("0.31.0", True), ("0.32.0", False), ("0.33.0", False)],
+)
+def test_58729_stock_image_is_broken_only_before_0_32(version: str, broken: bool) -> None:
+    hit = rules_hit(mxfp4_ep(f"vllm/vllm-openai:v{version}").build())
+    assert ("vllm-58729" in hit) == broken
+    if broken:
+        assert hit["vllm-58729"].field == "spec.parallelism.expert"
+
+
+@pytest.mark.parametrize(
+    "acc, broken",
+    [("GB200", True), ("B200", True), ("B300", True), ("GB300", True), ("H200", False), ("RTX-PRO-6000", False)],
+)
+def test_58729_applies_to_the_sm100_family_only(acc: str, broken: bool) -> None:
+    obj = mxfp4_ep(acc=acc).build()
+    if acc in ("B200", "B300", "H200", "RTX-PRO-6000"):
+        obj["spec"]["accelerator"]["gpusPerNode"] = 8
+    assert ("vllm-58729" in rules_hit(obj)) == broken
+
+
+def test_58729_patched_image_of_the_same_version_is_clean() -> None:
+    assert "vllm-58729" not in rules_hit(mxfp4_ep(image=None).vllm("0.30.0").build())
+
+
+def test_58729_tensor_instead_of_expert_parallelism_is_clean() -> None:
+    obj = B().model("RedHatAI/GLM-5.3-MXFP4").accelerator("GB200").tensor(4).image("vllm/vllm-openai:v0.30.0")
+    assert rules_hit(obj.build()) == {}
+
+
+def test_58729_other_checkpoint_formats_are_not_affected() -> None:
+    obj = mxfp4_ep().model("nvidia/GLM-5.3-NVFP4").build()
+    assert "vllm-58729" not in rules_hit(obj)
+
+
+def test_58729_marlin_backend_does_not_avoid_it_and_the_message_says_so() -> None:
+    obj = mxfp4_ep().set("spec.engine.moeBackend", "marlin").build()
+    assert "marlin does not move this checkpoint off Cutlass" in rules_hit(obj)["vllm-58729"].message
+
+
+@pytest.mark.parametrize(
+    "backend, broken",
+    [
+        ("auto", False),
+        ("allgather_reducescatter", False),
+        ("deepep_low_latency", False),
+        ("deepep_high_throughput", True),
+        ("flashinfer_nvlink_two_sided", True),
+        ("flashinfer_nvlink_one_sided", True),
+    ],
+)
+def test_58729_from_0_32_only_unguarded_all_to_all_backends_break(backend: str, broken: bool) -> None:
+    obj = mxfp4_ep("vllm/vllm-openai:v0.32.0").set("spec.engine.all2allBackend", backend).build()
+    hit = rules_hit(obj)
+    assert ("vllm-58729" in hit) == broken
+    if broken:
+        assert hit["vllm-58729"].field == "spec.engine.all2allBackend"
+
+
+def test_58729_unknown_image_version_is_assumed_affected_with_a_warning() -> None:
+    obj = mxfp4_ep("registry.example/vllm:latest").build()
+    findings = evaluate(obj, CATALOGS)
+    assert any(f.rule == "vllm-58729" and f.severity == "error" for f in findings)
+    assert any(f.rule == "feasibility/version" and f.severity == "warning" for f in findings)
+
+
+def test_58729_message_names_field_rule_upstream_and_fix() -> None:
+    msg = rules_hit(mxfp4_ep().build())["vllm-58729"].message
+    assert msg.startswith("spec.parallelism.expert: true: on vLLM 0.30.0 the Cutlass MXFP4")
+    assert "(rule vllm-58729, https://github.com/vllm-project/vllm/issues/58729)." in msg
+    assert "vLLM >= 0.32.0" in msg and "expert: false" in msg
+
+
+# --- vllm-63170 ---------------------------------------------------------------------------------
+
+
+def pp(n: int, model: str = "zai-org/GLM-5.3", acc: str = "H200") -> B:
+    return B().model(model).accelerator(acc).pipeline(n).image("vllm/vllm-openai:v0.30.0")
+
+
+@pytest.mark.parametrize(
+    "stages, affected",
+    [(2, "39-41"), (4, "19-21; 39-41; 59-61"), (8, "9; 19-21; 29; 39-41; 49; 59-61; 69")],
+)
+def test_63170_default_split_lists_the_affected_layers(stages: int, affected: str) -> None:
+    obj = pp(stages).set("spec.parallelism.tensor", 8 // stages if stages < 8 else 1).build()
+    finding = rules_hit(obj)["vllm-63170"]
+    assert f"layers {affected} of zai-org/GLM-5.3" in finding.message
+    assert finding.field == "spec.parallelism.pipeline"
+
+
+@pytest.mark.parametrize("stages, split", [(2, "38,40"), (4, "18,20,20,20"), (8, "10,8,8,8,8,12,12,12")])
+def test_63170_auto_sets_the_balanced_partition(stages: int, split: str) -> None:
+    obj = pp(stages).set("spec.parallelism.tensor", max(1, 8 // stages)).build()
+    result = admit(obj, CATALOGS)
+    assert result.allowed
+    assert {"name": "VLLM_PP_LAYER_PARTITION", "value": split} in result.patched["spec"]["engine"]["env"]
+
+
+def test_63170_explicit_bad_partition_is_rejected_not_overridden() -> None:
+    obj = pp(2).tensor(4).env("VLLM_PP_LAYER_PARTITION", "39,39").build()
+    result = admit(obj, CATALOGS)
+    assert not result.allowed
+    assert result.patched["spec"]["engine"]["env"] == [{"name": "VLLM_PP_LAYER_PARTITION", "value": "39,39"}]
+    assert result.errors[0].field == "spec.engine.env[0].value"
+    assert "Set VLLM_PP_LAYER_PARTITION=38,40" in result.errors[0].message
+
+
+def test_63170_explicit_good_partition_on_a_stock_image_is_clean() -> None:
+    assert rules_hit(pp(2).tensor(4).env("VLLM_PP_LAYER_PARTITION", "38,40").build()) == {}
+
+
+@pytest.mark.parametrize("value, why", [("38", "has 1 entries"), ("38,41", "sums to 79"), ("a,b", "integers")])
+def test_63170_malformed_partition_says_vllm_would_refuse_it(value: str, why: str) -> None:
+    finding = rules_hit(pp(2).tensor(4).env("VLLM_PP_LAYER_PARTITION", value).build())["vllm-63170"]
+    assert why in finding.message and "vLLM refuses to start" in finding.message
+
+
+def test_63170_patched_image_is_clean_with_the_default_split() -> None:
+    obj = pp(2).tensor(4).drop("spec.engine.image").vllm("0.30.0").build()
+    assert "vllm-63170" not in rules_hit(obj)
+
+
+def test_63170_glm5_computes_topk_on_every_layer_so_any_split_is_clean() -> None:
+    assert "vllm-63170" not in rules_hit(pp(2, model="zai-org/GLM-5-FP8").tensor(4).build())
+
+
+def test_63170_still_present_in_0_33() -> None:
+    obj = pp(2).tensor(4).image("vllm/vllm-openai:v0.33.0").build()
+    assert "vllm-63170" in rules_hit(obj)
+
+
+# --- vllm-52833 ---------------------------------------------------------------------------------
+
+
+def mi355(version: str = "0.27.1") -> B:
+    return (
+        B()
+        .model("amd/GLM-5.2-MXFP4")
+        .accelerator("MI355X")
+        .tensor(8)
+        .expert()
+        .image(f"vllm/vllm-openai-rocm:v{version}")
+        .mtp(3)
+    )
+
+
+@pytest.mark.parametrize(
+    "version, broken", [("0.27.1", True), ("0.30.0", True), ("0.31.0", True), ("0.32.0", True), ("0.33.0", False)]
+)
+def test_52833_affects_versions_before_0_33(version: str, broken: bool) -> None:
+    assert ("vllm-52833" in rules_hit(mi355(version).build())) == broken
+
+
+def test_52833_needs_mtp_gfx950_and_bf16_mla_weights() -> None:
+    assert "vllm-52833" not in rules_hit(mi355().drop("spec.engine.speculative").build())
+    assert "vllm-52833" not in rules_hit(mi355().accelerator("MI300X").build())
+    assert "vllm-52833" not in rules_hit(mi355().model("RedHatAI/GLM-5.3-MXFP4").build())
+
+
+def test_52833_repairs_only_the_switch_left_unset() -> None:
+    obj = mi355().env("VLLM_ROCM_USE_AITER_FP4BMM", "0").build()
+    result = admit(obj, CATALOGS)
+    assert result.allowed
+    assert result.patched["spec"]["engine"]["env"] == [
+        {"name": "VLLM_ROCM_USE_AITER_FP4BMM", "value": "0"},
+        {"name": "VLLM_ROCM_USE_AITER_FP8BMM", "value": "0"},
+    ]
+    assert [c.env_name for c in result.changes] == ["VLLM_ROCM_USE_AITER_FP8BMM"]
+
+
+def test_52833_explicit_switch_on_is_rejected_naming_it() -> None:
+    obj = mi355().env("VLLM_ROCM_USE_AITER_FP8BMM", "1").build()
+    result = admit(obj, CATALOGS)
+    assert not result.allowed
+    assert result.errors[0].message.startswith("spec.engine.env[0].value: VLLM_ROCM_USE_AITER_FP4BMM unset")
+
+
+def test_52833_without_expert_parallelism_warns_of_the_unexplained_crash() -> None:
+    obj = mi355().expert(False).env("VLLM_ROCM_USE_AITER_FP4BMM", "0").env("VLLM_ROCM_USE_AITER_FP8BMM", "0")
+    findings = evaluate(obj.build(), CATALOGS)
+    warning = next(f for f in findings if f.rule == "vllm-52833")
+    assert warning.severity == "warning" and "hipErrorIllegalAddress" in warning.message
