@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # Generates the local cluster's CA, serving and client certificates and the service-account key,
-# once per state directory (existing files are kept). Usage: cluster/certs.sh DIR
+# once per state directory: existing files are kept, missing ones made. Usage: cluster/certs.sh DIR
 set -euo pipefail
 dir="$1"; mkdir -p "$dir"; cd "$dir"
-[[ -f .complete ]] && exit 0
-
 key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1.key" 2>/dev/null; }
 
-key ca
-openssl req -x509 -new -key ca.key -subj "/CN=glmops-local-ca" -days 3650 -out ca.crt \
-  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+if [[ ! -f ca.crt ]]; then
+  key ca
+  openssl req -x509 -new -key ca.key -subj "/CN=glmops-local-ca" -days 3650 -out ca.crt \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+fi
 
 # sign NAME SUBJECT EXTKEYUSAGE [SAN]
 sign() {
   local name="$1" subj="$2" eku="$3" san="${4:-}"
+  [[ -f "$name.crt" ]] && return 0
   key "$name"
   openssl req -new -key "$name.key" -subj "$subj" -out "$name.csr"
   {
@@ -33,9 +34,11 @@ sign admin "/O=system:masters/CN=glmops-admin" clientAuth
 sign kube-controller-manager "/CN=system:kube-controller-manager" clientAuth
 sign kube-scheduler "/CN=system:kube-scheduler" clientAuth
 # kwok plays every kubelet (node status, leases, pod status and deletion): it needs broad rights.
+sign webhook "/CN=glmops-webhook" serverAuth "IP:127.0.0.1,DNS:localhost"
 sign kwok "/O=system:masters/CN=kwok" clientAuth
 
-openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key 2>/dev/null
-openssl pkey -in sa.key -pubout -out sa.pub
+if [[ ! -f sa.pub ]]; then
+  openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key 2>/dev/null
+  openssl pkey -in sa.key -pubout -out sa.pub
+fi
 chmod 600 ./*.key
-touch .complete

@@ -19,6 +19,7 @@ certs="$state/certs"; logs="$state/logs"; pids="$state/pids"
 kubeconfig="$state/kubeconfig"
 
 if cluster_healthy; then
+  "$here/certs.sh" "$certs"  # adds any certificate a newer version of this script needs
   log "cluster '$(cluster_name)' already running (apiserver https://127.0.0.1:$APISERVER_PORT)"
   echo "export KUBECONFIG=$kubeconfig"
   exit 0

@@ -34,10 +34,14 @@ kc wait --for=condition=Established crd/glmdeployments.glmops.dev --timeout=60s 
 
 stop_operator
 log "starting the operator (log: $state/logs/operator.log)"
-setsid "$root/.venv/bin/kopf" run --standalone --all-namespaces -m glm_operator.handlers \
+GLMOPS_WEBHOOK_ADDR=127.0.0.1 GLMOPS_WEBHOOK_HOST=127.0.0.1 GLMOPS_WEBHOOK_PORT=19443 \
+GLMOPS_WEBHOOK_CERT="$state/certs/webhook.crt" GLMOPS_WEBHOOK_KEY="$state/certs/webhook.key" \
+GLMOPS_WEBHOOK_CA="$state/certs/ca.crt" \
+  setsid "$root/.venv/bin/kopf" run --standalone --all-namespaces -m glm_operator.handlers \
   --liveness=http://127.0.0.1:18080/healthz >"$state/logs/operator.log" 2>&1 < /dev/null &
 echo $! > "$oppid"
 wait_for "operator liveness" 60 curl -fsS http://127.0.0.1:18080/healthz
+wait_for "operator admission webhooks" 60 kc get validatingwebhookconfiguration glmops.dev
 
 kc create namespace "$ns" --dry-run=client -o yaml | kc apply -f - >/dev/null
 echo

@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually, run_script, script_env
 
+TEST_WEBHOOK_PORT = "19543"
 ARTIFACTS = Path(os.environ.get("GLMOPS_TEST_ARTIFACTS", REPO / ".test-artifacts"))
 
 
@@ -54,7 +55,17 @@ def operator(cluster: Cluster, crd_installed: None) -> Iterator[subprocess.Popen
     """The operator, run as users run it outside a cluster: `kopf run` on our handlers."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     log = open(ARTIFACTS / "operator.log", "wb")  # noqa: SIM115 (kept open for the whole session)
-    env = dict(os.environ, KUBECONFIG=cluster.kubeconfig)
+    certs = cluster.state_dir / "certs"
+    env = dict(
+        os.environ,
+        KUBECONFIG=cluster.kubeconfig,
+        GLMOPS_WEBHOOK_ADDR="127.0.0.1",
+        GLMOPS_WEBHOOK_HOST="127.0.0.1",
+        GLMOPS_WEBHOOK_PORT=TEST_WEBHOOK_PORT,
+        GLMOPS_WEBHOOK_CERT=str(certs / "webhook.crt"),
+        GLMOPS_WEBHOOK_KEY=str(certs / "webhook.key"),
+        GLMOPS_WEBHOOK_CA=str(certs / "ca.crt"),
+    )
     proc = subprocess.Popen(
         [
             str(REPO / ".venv" / "bin" / "kopf"),
@@ -69,6 +80,21 @@ def operator(cluster: Cluster, crd_installed: None) -> Iterator[subprocess.Popen
         stderr=subprocess.STDOUT,
         cwd=REPO,
     )
+    kubectl = cluster.kubectl
+    # A GLMDeployment the rules refuse (expert parallelism over a single rank): once the API server
+    # refuses it through our webhook, admission is live end to end.
+    probe = (
+        "apiVersion: glmops.dev/v1alpha1\nkind: GLMDeployment\nmetadata: {name: probe, namespace: default}\n"
+        "spec: {model: {name: zai-org/GLM-5.3}, accelerator: {type: H200}, parallelism: {expert: true}}\n"
+    )
+
+    def webhooks_answer() -> bool:
+        assert proc.poll() is None, f"operator exited: see {ARTIFACTS / 'operator.log'}"
+        out = kubectl.run("apply", "--dry-run=server", "-f", "-", input=probe, check=False)
+        assert "glmops-validate.glmops.dev" in out.stderr, out.stderr or out.stdout
+        return True
+
+    eventually(webhooks_answer, timeout=90, what="the operator's admission webhooks to answer")
     yield proc
     proc.terminate()
     try:

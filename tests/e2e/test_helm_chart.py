@@ -88,3 +88,25 @@ def test_helm_install_runs_the_operator_deployment(cluster: Cluster, kubectl: Ku
     ).stdout.strip()
     assert cannot == "no"
     eventually(lambda: _helm(cluster, "status", "glmops", "-n", ns).stdout.count("STATUS: deployed") == 1)
+
+
+def test_webhook_is_served_through_a_service_with_a_generated_certificate(cluster: Cluster) -> None:
+    out = _helm(cluster, "template", "glmops", CHART, "--namespace", "ops").stdout
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out) if d}
+    assert ("Service", "glmops-webhook") in docs
+    secret = docs[("Secret", "glmops-webhook-tls")]
+    assert set(secret["data"]) == {"ca.crt", "tls.crt", "tls.key"}
+    env = {
+        e["name"]: e.get("value")
+        for e in docs[("Deployment", "glmops")]["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["GLMOPS_WEBHOOK_SERVICE"] == "ops/glmops-webhook"
+    rules = docs[("ClusterRole", "glmops")]["rules"]
+    assert any("validatingwebhookconfigurations" in r["resources"] for r in rules)
+
+
+def test_webhook_can_be_switched_off(cluster: Cluster) -> None:
+    out = _helm(cluster, "template", "glmops", CHART, "--set", "webhook.enabled=false").stdout
+    kinds = {d["kind"] for d in yaml.safe_load_all(out) if d}
+    assert "Secret" not in kinds and "Service" not in kinds
+    assert '"off"' in out or "value: off" in out

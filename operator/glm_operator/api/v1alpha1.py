@@ -295,6 +295,15 @@ class Condition(_Model):
     )
 
 
+class RemediationRecord(_Model):
+    """A setting glmops' admission repaired (also kept in the glmops.dev/remediations annotation)."""
+
+    rule: str = Field(description="The rule whose remedy was applied, e.g. vllm-63170.")
+    env: str | None = Field(default=None, description="The environment variable set, if the repair set one.")
+    field: str | None = Field(default=None, description="The spec field set, if the repair set one.")
+    value: str = Field(description="The value glmops set.")
+
+
 class GLMDeploymentStatus(_Model):
     """Observed state, written by the operator."""
 
@@ -308,6 +317,9 @@ class GLMDeploymentStatus(_Model):
     replicas: int | None = Field(default=None, ge=0, description="Serving replicas that exist.")
     ready_replicas: int | None = Field(
         default=None, ge=0, description="Replicas whose pods passed their canaries and serve traffic."
+    )
+    remediations: list[RemediationRecord] = Field(
+        default_factory=list, description="Settings admission repaired, and the rule behind each."
     )
     conditions: list[Condition] = Field(
         default_factory=list,

@@ -1,38 +1,30 @@
-"""GLMDeployment handlers: parse the body into the model, compute the plan summary, patch status."""
+"""GLMDeployment handlers: parse the body, re-check the rules, compute the plan summary, patch status."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import kopf
-from pydantic import ValidationError
 
-from glm_operator.api import GROUP, PLURAL, VERSION, GLMDeploymentSpec
+from glm_operator.api import GROUP, PLURAL, VERSION
 from glm_operator.api.conditions import set_condition
+from glm_operator.rules.engine import validated_condition
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL, id="glmops-observe")
 @kopf.on.create(GROUP, VERSION, PLURAL, id="glmops-observe")
 @kopf.on.update(GROUP, VERSION, PLURAL, id="glmops-observe", field="spec")
-def observe(spec: kopf.Spec, meta: kopf.Meta, status: kopf.Status, patch: kopf.Patch, **_: Any) -> None:
-    """Record the parallelism summary and whether the spec parses; rules arrive with admission."""
+def observe(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, patch: kopf.Patch, **_: Any) -> None:
+    """Record the parallelism summary, the repairs admission made and whether the rules pass."""
     generation = meta.get("generation")
-    conditions = list(status.get("conditions") or [])
-    try:
-        parsed = GLMDeploymentSpec.model_validate(spec)
-    except ValidationError as err:
-        patch.status["conditions"] = set_condition(
-            conditions, "Validated", "False", "InvalidSpec", str(err), generation
-        )
-        raise kopf.PermanentError(f"spec does not parse: {err}") from err
-    patch.status["observedGeneration"] = generation
-    patch.status["parallelism"] = parsed.parallelism.summary()
-    patch.status["gpusPerReplica"] = parsed.parallelism.gpus()
+    verdict = validated_condition(dict(body))
     patch.status["conditions"] = set_condition(
-        conditions,
-        "Validated",
-        "Unknown",
-        "RulesNotEvaluated",
-        "The spec matches the schema; this operator version does not evaluate known-issue rules yet.",
-        generation,
+        list(status.get("conditions") or []), "Validated", verdict.status, verdict.reason, verdict.message, generation
     )
+    patch.status["observedGeneration"] = generation
+    patch.status["remediations"] = verdict.remediations
+    if verdict.spec is not None:
+        patch.status["parallelism"] = verdict.spec.parallelism.summary()
+        patch.status["gpusPerReplica"] = verdict.spec.parallelism.gpus()
+    if verdict.status == "False":
+        raise kopf.PermanentError(verdict.message)

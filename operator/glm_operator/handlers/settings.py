@@ -1,17 +1,20 @@
-"""Operator-wide kopf settings: our own finalizer and annotation prefix, so renames lose nothing."""
+"""Operator-wide kopf settings: our own finalizer and annotation prefix, and the admission server."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import kopf
+
+from glm_operator.k8s.webhooks import webhook_server_from_env
 
 PREFIX = "glmops.dev"
 
 
 @kopf.on.startup(id="glmops-settings")
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    """Store kopf's progress and diff-base in glmops.dev/ annotations and use our finalizer."""
+    """Store kopf's progress and diff-base in glmops.dev/ annotations, use our finalizer, serve webhooks."""
     settings.persistence.finalizer = f"{PREFIX}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -20,3 +23,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = 20  # INFO and above become Kubernetes Events
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
+    server = webhook_server_from_env(os.environ)
+    if server is not None:
+        settings.admission.server = server
+        settings.admission.managed = PREFIX

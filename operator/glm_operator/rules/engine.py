@@ -11,11 +11,11 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from glm_operator.api import GLMDeployment
+from glm_operator.api import GLMDeployment, GLMDeploymentSpec
 from glm_operator.rules.context import Catalogs, resolve
 from glm_operator.rules.feasibility import FEASIBILITY_CHECKS
 from glm_operator.rules.findings import Change, Finding
@@ -79,12 +79,7 @@ def schema_findings(err: ValidationError) -> list[Finding]:
 
 def owned_env(obj: dict[str, Any]) -> dict[str, str]:
     """Environment values glmops set in earlier repairs (so it may set them again)."""
-    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(REMEDIATIONS_ANNOTATION)
-    try:
-        records = json.loads(raw) if raw else []
-    except json.JSONDecodeError:
-        return {}
-    return {r["env"]: r["value"] for r in records if isinstance(r, dict) and "env" in r and "value" in r}
+    return {r["env"]: r["value"] for r in _records(obj) if "env" in r and "value" in r}
 
 
 def admit(obj: dict[str, Any], catalogs: Catalogs | None = None) -> Admission:
@@ -175,3 +170,39 @@ def _record(obj: dict[str, Any], applied: list[tuple[Finding, Change]]) -> None:
         entry["env" if change.env_name else "field"] = key
         by_key[key] = entry
     annotations[REMEDIATIONS_ANNOTATION] = json.dumps(list(by_key.values()), sort_keys=True)
+
+
+@dataclass
+class Verdict:
+    """What the operator writes into the Validated condition for a stored object."""
+
+    status: Literal["True", "False"]
+    reason: str
+    message: str
+    remediations: list[dict[str, Any]]
+    spec: GLMDeploymentSpec | None
+
+
+def validated_condition(obj: dict[str, Any], catalogs: Catalogs | None = None) -> Verdict:
+    """Re-check a stored object (admission may have been bypassed, or the rules changed since)."""
+    result = admit(obj, catalogs)
+    records = [r for r in _records(obj) if "value" in r]
+    try:
+        spec: GLMDeploymentSpec | None = GLMDeployment.model_validate(obj).spec
+    except ValidationError:
+        spec = None
+    if not result.allowed:
+        return Verdict("False", "RulesFailed", result.rejection(), records, spec)
+    warnings = [f.message for f in result.findings if f.severity == "warning"]
+    parts = [f"{len(records)} setting(s) repaired by admission" if records else "no repairs needed"]
+    parts += [f"warning: {w}" for w in warnings]
+    return Verdict("True", "RulesPassed", "; ".join(parts), records, spec)
+
+
+def _records(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(REMEDIATIONS_ANNOTATION)
+    try:
+        records = json.loads(raw) if raw else []
+    except json.JSONDecodeError:
+        return []
+    return [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []

@@ -1,0 +1,45 @@
+"""Admission webhooks: repair (mutating) and refuse (validating) GLMDeployments, via the rules engine."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+import kopf
+
+from glm_operator.api import GROUP, PLURAL, VERSION
+from glm_operator.rules.engine import REMEDIATIONS_ANNOTATION, Admission, admit
+
+log = logging.getLogger(__name__)
+OPERATIONS: list[Literal["CREATE", "UPDATE"]] = ["CREATE", "UPDATE"]
+
+
+def _admit(body: kopf.Body) -> Admission:
+    """Evaluate the rules; an unexpected failure is reported as a 4xx admission error, never a 500."""
+    try:
+        return admit(dict(body))
+    except Exception as err:  # noqa: BLE001 (the API server must get a clear 4xx, not a stack trace)
+        log.exception("rules engine failed on %s", body.get("metadata", {}).get("name"))
+        raise kopf.AdmissionError(f"glmops could not evaluate this GLMDeployment: {err}", code=422) from err
+
+
+@kopf.on.mutate(GROUP, VERSION, PLURAL, id="glmops-repair", operations=OPERATIONS)
+def repair(body: kopf.Body, patch: kopf.Patch, warnings: list[str], **_: Any) -> None:
+    """Apply Auto remedies to settings the user left unset, and say so in kubectl's warnings."""
+    result = _admit(body)
+    if not result.allowed or not result.changes:
+        return  # the validating webhook reports every problem in one message
+    patch.spec["engine"] = result.patched["spec"]["engine"]
+    record = result.patched["metadata"].get("annotations", {}).get(REMEDIATIONS_ANNOTATION)
+    if record is not None:
+        patch.metadata["annotations"] = {REMEDIATIONS_ANNOTATION: record}
+    warnings.extend(f"glmops repaired {f.message}" for f in result.findings if f.severity == "remediated")
+
+
+@kopf.on.validate(GROUP, VERSION, PLURAL, id="glmops-validate", operations=OPERATIONS)
+def validate(body: kopf.Body, warnings: list[str], **_: Any) -> None:
+    """Refuse a GLMDeployment that would serve wrong answers, listing every problem at once."""
+    result = _admit(body)
+    warnings.extend(f.message for f in result.findings if f.severity == "warning")
+    if not result.allowed:
+        raise kopf.AdmissionError(result.rejection(), code=422)
