@@ -13,6 +13,7 @@ import pytest
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually, run_script, script_env
 
 TEST_WEBHOOK_PORT = "19543"
+CATALOG_NAMESPACE = "glmops-test-catalog"
 ARTIFACTS = Path(os.environ.get("GLMOPS_TEST_ARTIFACTS", REPO / ".test-artifacts"))
 
 
@@ -65,6 +66,8 @@ def operator(cluster: Cluster, crd_installed: None) -> Iterator[subprocess.Popen
         GLMOPS_WEBHOOK_CERT=str(certs / "webhook.crt"),
         GLMOPS_WEBHOOK_KEY=str(certs / "webhook.key"),
         GLMOPS_WEBHOOK_CA=str(certs / "ca.crt"),
+        GLMOPS_CATALOG_CONFIGMAP=f"{CATALOG_NAMESPACE}/glmops-catalog",
+        GLMOPS_CATALOG_TTL_SECONDS="1",
     )
     proc = subprocess.Popen(
         [

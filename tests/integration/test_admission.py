@@ -189,3 +189,25 @@ def test_refusals_are_4xx_never_500(cluster: Cluster, namespace: str) -> None:
         check=True,
     )
     assert out.stdout == "422"
+
+
+def test_a_catalog_configmap_extends_what_admission_knows(kubectl: Kubectl, namespace: str) -> None:
+    from tests.conftest import CATALOG_NAMESPACE
+    from tests.unit.test_catalog_extension import EXTENSION
+
+    obj = B("ft").model("acme/GLM-5.3-ft").accelerator("H200").tensor(8).build()
+    before = kubectl.apply(obj, "-n", namespace, "--dry-run=server")
+    assert "acme/GLM-5.3-ft: not in the model catalog" in before.stderr
+    kubectl.run("create", "namespace", CATALOG_NAMESPACE, check=False)
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "glmops-catalog", "namespace": CATALOG_NAMESPACE},
+          "data": {"catalog.yaml": EXTENSION}}
+    kubectl.apply(cm)
+    try:
+        def known() -> bool:
+            out = kubectl.apply(obj, "-n", namespace, "--dry-run=server")
+            assert "not in the model catalog" not in out.stderr, out.stderr
+            return True
+
+        eventually(known, timeout=30, what="the operator to read the catalog ConfigMap")
+    finally:
+        kubectl.run("delete", "configmap", "glmops-catalog", "-n", CATALOG_NAMESPACE, check=False)

@@ -50,6 +50,7 @@ class ImageCatalog(BaseModel):
     stock: dict[str, str]
     patched_images: dict[str, str]
     patches: dict[str, PatchRange]
+    extra: dict[str, ImageInfo] = {}
 
     def patches_for(self, platform: str, version: str) -> tuple[str, ...]:
         v = Version.parse(version)
@@ -83,7 +84,7 @@ class ImageCatalog(BaseModel):
     def describe(self, ref: str) -> ImageInfo:
         """Catalog facts for a known image; for an unknown one, the version in its tag and no patches."""
         bare = ref.split("@", 1)[0]
-        known = self.known_images()
+        known = {**self.known_images(), **self.extra}
         if bare in known:
             return known[bare]
         name, _, tag = bare.rpartition(":") if ":" in bare.rsplit("/", 1)[-1] else (bare, "", "")
@@ -111,6 +112,29 @@ def parse_images(text: str) -> ImageCatalog:
             for name, b in raw["patches"].items()
         },
     )
+
+
+class ExtraImage(BaseModel):
+    """An image a cluster adds to the catalog (e.g. a mirror of glmops' patched image)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: str
+    platform: Platform
+    patches: tuple[str, ...] = ()
+
+
+def extra_images(raw: dict[str, object], catalog: ImageCatalog) -> dict[str, ImageInfo]:
+    out = {}
+    for ref, body in raw.items():
+        entry = ExtraImage.model_validate(body)
+        Version.parse(entry.version)
+        unknown = set(entry.patches) - set(catalog.patches)
+        if unknown:
+            raise ValueError(f"image {ref}: unknown patches {sorted(unknown)}; known: {sorted(catalog.patches)}")
+        out[ref] = ImageInfo(ref=ref, version=entry.version, platform=entry.platform, patches=entry.patches,
+                             known=True, patched=bool(entry.patches))
+    return out
 
 
 @cache

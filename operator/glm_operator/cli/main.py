@@ -41,7 +41,7 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    return validate(args.files, args.output)
+    return validate(args.files, args.output, args.catalog)
 
 
 def _cmd_version(_: argparse.Namespace) -> int:
@@ -72,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
         "refused, 2 for unreadable input or an unknown kind.",
     )
     val.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    val.add_argument(
+        "--catalog",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a catalog extension (accelerators/models/images YAML, as in the glmops-catalog ConfigMap)",
+    )
     val.add_argument("files", nargs="+", metavar="FILE", help="manifest files, or - for standard input")
     val.set_defaults(func=_cmd_validate)
 

@@ -10,7 +10,7 @@ from typing import Any, TextIO
 import yaml
 
 from glm_operator.api import API_VERSION, KIND
-from glm_operator.rules.context import Catalogs
+from glm_operator.catalog.bundle import CatalogError, Catalogs
 from glm_operator.rules.engine import admit
 
 EXIT_ADMITTED, EXIT_REFUSED, EXIT_BAD_INPUT = 0, 1, 2
@@ -42,14 +42,34 @@ def load_documents(paths: list[str], stdin: TextIO) -> list[tuple[str, dict[str,
     return docs
 
 
-def validate(paths: list[str], output: str, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+def load_catalogs(extensions: list[str]) -> Catalogs:
+    catalogs = Catalogs.packaged()
+    for path in extensions:
+        try:
+            text = Path(path).read_text()
+        except OSError as err:
+            raise InputError(f"{path}: cannot read: {err}") from err
+        try:
+            catalogs = catalogs.extend(text, source=path)
+        except CatalogError as err:
+            raise InputError(str(err)) from err
+    return catalogs
+
+
+def validate(
+    paths: list[str],
+    output: str,
+    catalog_files: list[str] | None = None,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
+) -> int:
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     try:
+        catalogs = load_catalogs(catalog_files or [])
         docs = load_documents(paths, stdin)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    catalogs = Catalogs.packaged()
     results = []
     for where, doc in docs:
         admission = admit(doc, catalogs)

@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Literal
 
 import kopf
 
 from glm_operator.api import GROUP, PLURAL, VERSION
+from glm_operator.k8s.catalog import CatalogSource
 from glm_operator.rules.engine import REMEDIATIONS_ANNOTATION, Admission, admit
 
 log = logging.getLogger(__name__)
+CATALOGS = CatalogSource(
+    os.environ.get("GLMOPS_CATALOG_CONFIGMAP"), ttl_seconds=float(os.environ.get("GLMOPS_CATALOG_TTL_SECONDS", "30"))
+)
 OPERATIONS: list[Literal["CREATE", "UPDATE"]] = ["CREATE", "UPDATE"]
 
 
 def _admit(body: kopf.Body) -> Admission:
     """Evaluate the rules; an unexpected failure is reported as a 4xx admission error, never a 500."""
     try:
-        return admit(dict(body))
+        return admit(dict(body), CATALOGS.get())
     except Exception as err:  # noqa: BLE001 (the API server must get a clear 4xx, not a stack trace)
         log.exception("rules engine failed on %s", body.get("metadata", {}).get("name"))
         raise kopf.AdmissionError(f"glmops could not evaluate this GLMDeployment: {err}", code=422) from err

@@ -8,6 +8,7 @@ import kopf
 
 from glm_operator.api import GROUP, PLURAL, VERSION
 from glm_operator.api.conditions import set_condition
+from glm_operator.handlers.admission import CATALOGS
 from glm_operator.rules.engine import validated_condition
 
 
@@ -17,7 +18,7 @@ from glm_operator.rules.engine import validated_condition
 def observe(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, patch: kopf.Patch, **_: Any) -> None:
     """Record the parallelism summary, the repairs admission made and whether the rules pass."""
     generation = meta.get("generation")
-    verdict = validated_condition(dict(body))
+    verdict = validated_condition(dict(body), CATALOGS.get())
     patch.status["conditions"] = set_condition(
         list(status.get("conditions") or []), "Validated", verdict.status, verdict.reason, verdict.message, generation
     )

@@ -5,23 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from glm_operator.api import GLMDeploymentSpec
-from glm_operator.catalog.accelerators import Accelerator, AcceleratorCatalog, load_accelerators
-from glm_operator.catalog.formats import FormatInfo, load_formats
-from glm_operator.catalog.images import ImageCatalog, ImageInfo, load_images
-from glm_operator.catalog.models import Lookup, ModelCatalog, load_models
+from glm_operator.catalog.accelerators import Accelerator
+from glm_operator.catalog.bundle import Catalogs
+from glm_operator.catalog.images import ImageInfo
+from glm_operator.catalog.models import Lookup
 from glm_operator.catalog.versions import Version
 
-
-@dataclass(frozen=True)
-class Catalogs:
-    accelerators: AcceleratorCatalog
-    models: ModelCatalog
-    images: ImageCatalog
-    formats: dict[str, FormatInfo]
-
-    @classmethod
-    def packaged(cls) -> Catalogs:
-        return cls(load_accelerators(), load_models(), load_images(), load_formats())
+__all__ = ["Catalogs", "Context", "resolve"]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,71 @@
+"""The cluster's catalog extension: a ConfigMap read through the Kubernetes API, cached briefly."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from glm_operator.catalog.bundle import CatalogError, Catalogs
+
+log = logging.getLogger(__name__)
+CONFIGMAP_KEY = "catalog.yaml"
+TTL_SECONDS = 30.0
+
+
+def _read_configmap(namespace: str, name: str) -> str | None:
+    """The extension text, or None when the ConfigMap (or its key) does not exist."""
+    import kubernetes  # imported lazily: only the operator process talks to the API
+
+    from glm_operator.k8s.client import core_v1
+
+    try:
+        cm = core_v1().read_namespaced_config_map(name, namespace)
+    except kubernetes.client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    text: str | None = (cm.data or {}).get(CONFIGMAP_KEY)
+    return text
+
+
+class CatalogSource:
+    """Packaged catalogs plus the ConfigMap's extension; a broken extension is logged and ignored."""
+
+    def __init__(
+        self,
+        ref: str | None,
+        reader: Callable[[str, str], str | None] = _read_configmap,
+        ttl_seconds: float = TTL_SECONDS,
+    ) -> None:
+        self._ref = ref
+        self._ttl = ttl_seconds
+        self._reader = reader
+        self._lock = threading.Lock()
+        self._cached: tuple[float, Catalogs] | None = None
+        self.last_error: str | None = None
+
+    def get(self) -> Catalogs:
+        with self._lock:
+            now = time.monotonic()
+            if self._cached and now - self._cached[0] < self._ttl:
+                return self._cached[1]
+            catalogs = self._load()
+            self._cached = (now, catalogs)
+            return catalogs
+
+    def _load(self) -> Catalogs:
+        packaged = Catalogs.packaged()
+        if not self._ref:
+            return packaged
+        namespace, _, name = self._ref.partition("/")
+        try:
+            text = self._reader(namespace, name)
+            catalogs = packaged.extend(text, source=f"configmap {self._ref}") if text else packaged
+            self.last_error = None
+            return catalogs
+        except CatalogError as err:
+            self.last_error = str(err)
+            log.error("ignoring the catalog extension: %s", err)
+            return packaged

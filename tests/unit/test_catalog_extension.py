@@ -1,0 +1,87 @@
+"""Catalog extensions (ConfigMap or file): what they may add, and how a bad one is reported."""
+
+from __future__ import annotations
+
+import pytest
+
+from glm_operator.catalog.bundle import CatalogError, Catalogs
+from glm_operator.cli.main import main
+from glm_operator.k8s.catalog import CatalogSource
+from glm_operator.rules.engine import admit
+from tests.support.builders import GLMDeploymentBuilder as B
+
+EXTENSION = """
+models:
+  acme/GLM-5.3-ft:
+    family: GLM-5.3
+    architecture: GlmMoeDsaForCausalLM
+    format: fp8
+    layers: 78
+    firstKDenseReplace: 3
+    indexTopk: 2048
+    indexTopkFreq: 4
+    indexSkipTopkOffset: 3
+    mtpLayers: 1
+    weightGB: 756
+    expertFraction: 0.96
+images:
+  mirror.acme.example/vllm:v0.30.0: {version: 0.30.0, platform: cuda, patches: [dsa-pp-topk-handoff]}
+"""
+
+
+def test_an_extended_model_is_judged_by_the_rules() -> None:
+    catalogs = Catalogs.packaged().extend(EXTENSION)
+    obj = B().model("acme/GLM-5.3-ft").accelerator("H200").pipeline(2).tensor(4).image("vllm/vllm-openai:v0.30.0")
+    result = admit(obj.remediation("Reject").build(), catalogs)
+    assert [f.rule for f in result.errors] == ["vllm-63170"]
+    unknown = admit(obj.build(), Catalogs.packaged())
+    assert any("not in the model catalog" in f.message for f in unknown.warnings)
+
+
+def test_an_extended_image_carries_its_patches() -> None:
+    catalogs = Catalogs.packaged().extend(EXTENSION)
+    obj = B().accelerator("H200").pipeline(2).tensor(4).image("mirror.acme.example/vllm:v0.30.0").remediation("Reject")
+    assert admit(obj.build(), catalogs).allowed
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("accelerators: {A100: {}}", "accelerators.A100: spec.accelerator.type only admits"),
+        ("models: {x/y: {family: f}}", "Field required"),
+        ("images: {r/i:v1: {version: 0.30.0, platform: cuda, patches: [nope]}}", "unknown patches ['nope']"),
+        ("widgets: {}", "expected a mapping with accelerators, models and/or images"),
+        ("models: [unclosed", "not valid YAML"),
+    ],
+)
+def test_a_bad_extension_names_the_entry(text: str, fragment: str) -> None:
+    with pytest.raises(CatalogError, match="configmap ns/cm") as err:
+        Catalogs.packaged().extend(text, source="configmap ns/cm")
+    assert fragment in str(err.value)
+
+
+def test_catalog_source_ignores_a_broken_extension_and_says_why() -> None:
+    source = CatalogSource("ns/cm", reader=lambda ns, name: "widgets: {}", ttl_seconds=0)
+    assert source.get().models == Catalogs.packaged().models
+    assert source.last_error is not None and "expected a mapping" in source.last_error
+
+
+def test_catalog_source_rereads_after_its_ttl() -> None:
+    texts = iter([None, EXTENSION])
+    source = CatalogSource("ns/cm", reader=lambda ns, name: next(texts), ttl_seconds=0)
+    assert source.get().models.lookup("acme/GLM-5.3-ft") is None
+    assert source.get().models.lookup("acme/GLM-5.3-ft") is not None
+
+
+def test_glmctl_validate_takes_catalog_files(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
+    ext = tmp_path / "catalog.yaml"
+    ext.write_text(EXTENSION)
+    manifest = tmp_path / "m.yaml"
+    import yaml
+
+    manifest.write_text(yaml.safe_dump(B().model("acme/GLM-5.3-ft").accelerator("H200").tensor(8).build()))
+    assert main(["validate", "--catalog", str(ext), str(manifest)]) == 0
+    assert "not in the model catalog" not in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("widgets: {}")
+    assert main(["validate", "--catalog", str(bad), str(manifest)]) == 2
