@@ -199,10 +199,15 @@ def test_a_catalog_configmap_extends_what_admission_knows(kubectl: Kubectl, name
     before = kubectl.apply(obj, "-n", namespace, "--dry-run=server")
     assert "acme/GLM-5.3-ft: not in the model catalog" in before.stderr
     kubectl.run("create", "namespace", CATALOG_NAMESPACE, check=False)
-    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "glmops-catalog", "namespace": CATALOG_NAMESPACE},
-          "data": {"catalog.yaml": EXTENSION}}
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "glmops-catalog", "namespace": CATALOG_NAMESPACE},
+        "data": {"catalog.yaml": EXTENSION},
+    }
     kubectl.apply(cm)
     try:
+
         def known() -> bool:
             out = kubectl.apply(obj, "-n", namespace, "--dry-run=server")
             assert "not in the model catalog" not in out.stderr, out.stderr

@@ -70,6 +70,13 @@ class SpeculativeMethod(StrEnum):
     SUFFIX = "suffix"
 
 
+class SecretKeyRef(_Model):
+    """A key of a Secret in the GLMDeployment's namespace."""
+
+    name: str = Field(min_length=1, max_length=253, description="Secret name.")
+    key: str = Field(default="HF_TOKEN", min_length=1, max_length=253, description="Key within the Secret.")
+
+
 class ModelRef(_Model):
     """The checkpoint to serve."""
 
@@ -88,6 +95,10 @@ class ModelRef(_Model):
         max_length=128,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$",
         description="Branch, tag or commit of the model repository. Unset means the default branch (main).",
+    )
+    token_secret: SecretKeyRef | None = Field(
+        default=None,
+        description="Secret key holding a Hugging Face token (passed as HF_TOKEN), for gated or private repositories.",
     )
 
 
@@ -228,6 +239,21 @@ class EngineSpec(_Model):
         return next((e.value for e in self.env if e.name == name), None)
 
 
+class ModelCacheSpec(_Model):
+    """Where downloaded weights are kept (mounted at /root/.cache/huggingface)."""
+
+    persistent_volume_claim: str | None = Field(
+        default=None,
+        max_length=253,
+        description="A PersistentVolumeClaim to keep weights across restarts. Unset means an emptyDir per pod.",
+    )
+    size_limit: str = Field(
+        default="1Ti",
+        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$",
+        description="Size limit of the emptyDir used when no claim is given.",
+    )
+
+
 class ValidationSpec(_Model):
     """How admission treats settings that hit a known vLLM issue."""
 
@@ -262,6 +288,11 @@ class GLMDeploymentSpec(_Model):
         json_schema_extra={"default": {}},
     )
     replicas: int = Field(default=1, ge=0, le=1024, description="Independent serving replicas.")
+    model_cache: ModelCacheSpec = Field(
+        default_factory=ModelCacheSpec,
+        description="Where downloaded weights are kept.",
+        json_schema_extra={"default": {}},
+    )
     validation: ValidationSpec = Field(
         default_factory=ValidationSpec,
         description="How admission treats known-bad settings.",

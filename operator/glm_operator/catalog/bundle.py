@@ -48,9 +48,12 @@ class Catalogs:
         try:
             out = replace(out, accelerators=self._accelerators(raw.get("accelerators") or {}, source))
             out = replace(out, models=self._models(raw.get("models") or {}, source))
-            out = replace(out, images=self.images.model_copy(
-                update={"extra": {**self.images.extra, **extra_images(raw.get("images") or {}, self.images)}}
-            ))
+            out = replace(
+                out,
+                images=self.images.model_copy(
+                    update={"extra": {**self.images.extra, **extra_images(raw.get("images") or {}, self.images)}}
+                ),
+            )
         except CatalogError:
             raise
         except (ValidationError, ValueError) as err:

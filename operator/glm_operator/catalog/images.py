@@ -132,8 +132,14 @@ def extra_images(raw: dict[str, object], catalog: ImageCatalog) -> dict[str, Ima
         unknown = set(entry.patches) - set(catalog.patches)
         if unknown:
             raise ValueError(f"image {ref}: unknown patches {sorted(unknown)}; known: {sorted(catalog.patches)}")
-        out[ref] = ImageInfo(ref=ref, version=entry.version, platform=entry.platform, patches=entry.patches,
-                             known=True, patched=bool(entry.patches))
+        out[ref] = ImageInfo(
+            ref=ref,
+            version=entry.version,
+            platform=entry.platform,
+            patches=entry.patches,
+            known=True,
+            patched=bool(entry.patches),
+        )
     return out
 
 

@@ -13,6 +13,7 @@ from glm_operator import __version__
 from glm_operator.api.crd import render_crd_yaml
 from glm_operator.catalog import load_accelerators
 from glm_operator.cli.generate import stale_files, write_all
+from glm_operator.cli.render import render
 from glm_operator.cli.validate import validate
 from glm_operator.render.fleet import default_fleet
 
@@ -42,6 +43,10 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     return validate(args.files, args.output, args.catalog)
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    return render(args.files, args.lws, args.catalog)
 
 
 def _cmd_version(_: argparse.Namespace) -> int:
@@ -81,6 +86,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     val.add_argument("files", nargs="+", metavar="FILE", help="manifest files, or - for standard input")
     val.set_defaults(func=_cmd_validate)
+
+    ren = sub.add_parser(
+        "render",
+        help="print the Kubernetes objects the operator would apply (after admission's repairs)",
+        description="Exit 0 with the objects on stdout, 1 when admission refuses an object, 2 for bad input.",
+    )
+    ren.add_argument(
+        "--no-lws",
+        dest="lws",
+        action="store_false",
+        help="render multi-node replicas as StatefulSets, as on a cluster without LeaderWorkerSet",
+    )
+    ren.add_argument("--catalog", action="append", default=[], metavar="FILE", help="a catalog extension")
+    ren.add_argument("files", nargs="+", metavar="FILE", help="manifest files, or - for standard input")
+    ren.set_defaults(func=_cmd_render)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=_cmd_version)

@@ -1,0 +1,48 @@
+"""`glmctl render`: the objects the operator would apply, offline, for review and GitOps."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+import yaml
+
+from glm_operator.api import GLMDeployment
+from glm_operator.cli.validate import EXIT_BAD_INPUT, EXIT_REFUSED, InputError, load_catalogs, load_documents
+from glm_operator.render.plan import build_plan
+from glm_operator.render.workloads import render_objects
+from glm_operator.rules.engine import admit
+
+
+def render(
+    paths: list[str],
+    lws: bool,
+    catalog_files: list[str] | None = None,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
+) -> int:
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    try:
+        catalogs = load_catalogs(catalog_files or [])
+        docs = load_documents(paths, stdin)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    rendered = []
+    for where, doc in docs:
+        doc.setdefault("metadata", {}).setdefault("namespace", "default")
+        admission = admit(doc, catalogs)
+        if not admission.allowed:
+            print(f"{where}: refused by admission:\n{admission.rejection()}", file=sys.stderr)
+            return EXIT_REFUSED
+        glmd = GLMDeployment.model_validate(admission.patched)
+        plan = build_plan(glmd, catalogs)
+        owner = {
+            "apiVersion": glmd.api_version,
+            "kind": glmd.kind,
+            "name": plan.name,
+            "uid": doc["metadata"].get("uid", "<uid of the GLMDeployment>"),
+        }
+        rendered.extend(render_objects(plan, glmd, owner, lws_available=lws))
+    stdout.write(yaml.safe_dump_all(rendered, sort_keys=False))
+    return 0
