@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,8 @@ def _cluster_running() -> bool:
 def cluster() -> Iterator[Cluster]:
     """The test control plane: reused when already running, else started now and stopped at the end."""
     started_here = not _cluster_running()
+    if started_here:
+        run_script("down.sh", "--purge")  # a stopped test cluster's leftovers would leak into this run
     out = run_script("up.sh")
     kubeconfig = out.strip().splitlines()[-1].removeprefix("export KUBECONFIG=")
     bin_dir = Path(run_script("build.sh").strip().splitlines()[-1])
@@ -68,6 +71,7 @@ def operator(cluster: Cluster, crd_installed: None) -> Iterator[subprocess.Popen
         GLMOPS_WEBHOOK_CA=str(certs / "ca.crt"),
         GLMOPS_CATALOG_CONFIGMAP=f"{CATALOG_NAMESPACE}/glmops-catalog",
         GLMOPS_CATALOG_TTL_SECONDS="1",
+        GLMOPS_DISCOVERY_TTL_SECONDS="1",
     )
     proc = subprocess.Popen(
         [
@@ -110,7 +114,7 @@ def operator(cluster: Cluster, crd_installed: None) -> Iterator[subprocess.Popen
 @pytest.fixture
 def namespace(request: pytest.FixtureRequest, kubectl: Kubectl) -> Iterator[str]:
     """A fresh namespace named after the test; dumped to artifacts if the test fails, then deleted."""
-    digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]
+    digest = hashlib.sha1(f"{request.node.nodeid}{uuid.uuid4()}".encode()).hexdigest()[:6]
     base = request.node.name.lower().replace("_", "-")
     name = f"t-{''.join(c for c in base if c.isalnum() or c == '-')[:40].strip('-')}-{digest}"
     kubectl.run("create", "namespace", name)

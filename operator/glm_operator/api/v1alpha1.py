@@ -335,6 +335,18 @@ class RemediationRecord(_Model):
     value: str = Field(description="The value glmops set.")
 
 
+class PlanSummary(_Model):
+    """What the operator decided to run."""
+
+    image: str = Field(description="The vLLM image the pods run.")
+    vllm_version: str = Field(description="The vLLM version of that image (unknown if it could not be told).")
+    patches: list[str] = Field(default_factory=list, description="glmops patches the image carries.")
+    pipeline_partition: str = Field(default="", description="VLLM_PP_LAYER_PARTITION, if set.")
+    nodes_per_replica: int = Field(ge=1, description="Nodes (pods) each replica spans.")
+    gpus_per_pod: int = Field(ge=0, description="GPUs each pod requests.")
+    command_hash: str = Field(description="Hash of image, arguments and environment; changes roll the pods.")
+
+
 class GLMDeploymentStatus(_Model):
     """Observed state, written by the operator."""
 
@@ -349,6 +361,7 @@ class GLMDeploymentStatus(_Model):
     ready_replicas: int | None = Field(
         default=None, ge=0, description="Replicas whose pods passed their canaries and serve traffic."
     )
+    plan: PlanSummary | None = Field(default=None, description="What the operator runs for this spec.")
     remediations: list[RemediationRecord] = Field(
         default_factory=list, description="Settings admission repaired, and the rule behind each."
     )

@@ -10,6 +10,14 @@ import kopf
 from glm_operator.k8s.webhooks import webhook_server_from_env
 
 PREFIX = "glmops.dev"
+OWNED_RESOURCES = (
+    ("apps", "v1", "deployments"),
+    ("apps", "v1", "statefulsets"),
+    ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
+    ("v1", "services"),
+    ("policy", "v1", "poddisruptionbudgets"),
+    ("v1", "configmaps"),
+)
 
 
 @kopf.on.startup(id="glmops-settings")
@@ -23,6 +31,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = 20  # INFO and above become Kubernetes Events
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
+    # Owned objects are watched with a server-side label selector: never every object in the cluster.
+    for resource in OWNED_RESOURCES:
+        settings.watching.label_selectors[resource] = "app.kubernetes.io/managed-by=glmops"
     server = webhook_server_from_env(os.environ)
     if server is not None:
         settings.admission.server = server

@@ -9,13 +9,13 @@ import kubernetes
 
 
 @cache
-def _configured() -> None:
+def api_client() -> Any:
     try:
         kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+    return kubernetes.client.ApiClient()
 
 
 def core_v1() -> Any:
-    _configured()
-    return kubernetes.client.CoreV1Api()
+    return kubernetes.client.CoreV1Api(api_client())

@@ -1,0 +1,135 @@
+"""Owned objects on the API server: server-side apply, discovery of LeaderWorkerSet, pruning, status.
+
+Everything the operator writes goes through here, with field manager `glmops`. Server-side apply is
+idempotent: applying an unchanged object changes nothing and wakes no watcher.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any, cast
+
+import kubernetes
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+
+from glm_operator.api import API_VERSION, GROUP, PLURAL, VERSION
+from glm_operator.k8s.client import api_client
+
+log = logging.getLogger(__name__)
+FIELD_MANAGER = "glmops"
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+# Kinds the operator may own, in the order stale ones are removed (workloads first).
+OWNED_KINDS: tuple[tuple[str, str], ...] = (
+    (LWS_API_VERSION, "LeaderWorkerSet"),
+    ("apps/v1", "StatefulSet"),
+    ("apps/v1", "Deployment"),
+    ("v1", "Service"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("v1", "ConfigMap"),
+)
+DISCOVERY_TTL = float(os.environ.get("GLMOPS_DISCOVERY_TTL_SECONDS", "30"))
+
+_lock = threading.Lock()
+_dynamic: DynamicClient | None = None
+_lws_seen: tuple[float, bool] | None = None
+
+
+def dynamic() -> DynamicClient:
+    global _dynamic
+    with _lock:
+        if _dynamic is None:
+            _dynamic = DynamicClient(api_client())  # type: ignore[no-untyped-call]
+        return _dynamic
+
+
+def _resource(api_version: str, kind: str) -> Any:
+    try:
+        return dynamic().resources.get(api_version=api_version, kind=kind)
+    except ResourceNotFoundError:
+        dynamic().resources.invalidate_cache()  # a CRD installed after start-up
+        return dynamic().resources.get(api_version=api_version, kind=kind)
+
+
+def lws_available() -> bool:
+    """Whether the LeaderWorkerSet API is served (re-checked at most every DISCOVERY_TTL seconds)."""
+    global _lws_seen
+    now = time.monotonic()
+    if _lws_seen and now - _lws_seen[0] < DISCOVERY_TTL:
+        return _lws_seen[1]
+    api = kubernetes.client.ApiextensionsV1Api(api_client())
+    try:
+        api.read_custom_resource_definition("leaderworkersets.leaderworkerset.x-k8s.io")
+        found = True
+    except kubernetes.client.ApiException as err:
+        if err.status != 404:
+            raise
+        found = False
+    _lws_seen = (now, found)
+    return found
+
+
+def apply(obj: dict[str, Any]) -> dict[str, Any]:
+    res = _resource(obj["apiVersion"], obj["kind"])
+    meta = obj["metadata"]
+    out = res.server_side_apply(
+        body=obj,
+        name=meta["name"],
+        namespace=meta.get("namespace"),
+        field_manager=FIELD_MANAGER,
+        force_conflicts=True,
+    )
+    result: dict[str, Any] = out.to_dict()
+    return result
+
+
+def owned(namespace: str, name: str) -> Iterable[dict[str, Any]]:
+    """Objects of every owned kind labelled as belonging to this GLMDeployment."""
+    for api_version, kind in OWNED_KINDS:
+        if kind == "LeaderWorkerSet" and not lws_available():
+            continue
+        res = _resource(api_version, kind)
+        items = res.get(namespace=namespace, label_selector=f"glmops.dev/deployment={name}").to_dict()["items"]
+        for item in items:
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+            yield item
+
+
+def prune(namespace: str, name: str, keep: set[tuple[str, str]]) -> list[str]:
+    """Delete owned objects the current plan no longer renders (e.g. a Deployment after a move to LWS)."""
+    removed = []
+    for item in list(owned(namespace, name)):
+        key = (item["kind"], item["metadata"]["name"])
+        if key in keep:
+            continue
+        try:
+            _resource(item["apiVersion"], item["kind"]).delete(
+                name=key[1], namespace=namespace, body={"propagationPolicy": "Background"}
+            )
+            removed.append(f"{key[0]}/{key[1]}")
+        except NotFoundError:
+            pass
+    return removed
+
+
+def get_glmdeployment(namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        obj = kubernetes.client.CustomObjectsApi(api_client()).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name
+        )
+        return cast(dict[str, Any], obj)
+    except kubernetes.client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def patch_glmdeployment_status(namespace: str, name: str, status: dict[str, Any]) -> None:
+    kubernetes.client.CustomObjectsApi(api_client()).patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, name, {"apiVersion": API_VERSION, "status": status}
+    )
