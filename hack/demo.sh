@@ -67,10 +67,27 @@ echo
 echo "== Fake GPU fleet"
 kc get nodes -L glmops.dev/accelerator,nvidia.com/gpu.product,amd.com/gpu.device-id --no-headers \
   | awk '{print $6}' | sort | uniq -c | awk '{printf "  %-14s %s nodes\n", ($2==""?"cpu":$2), $1}'
+settled() {
+  local want="${#accepted[@]}" got
+  got=$(kc get glmd -n "$ns" -o jsonpath='{range .items[*]}{.status.plan.commandHash}{"\n"}{end}' | grep -c . || true)
+  (( got >= want ))
+}
+wait_for "operator to deploy ${#accepted[@]} GLMDeployments" 90 settled
+sleep 3  # let kwok start the scheduled pods
+
 echo
 echo "== GLMDeployments"
 kc get glmd -n "$ns" -o wide
 echo
-echo "Summary: ${#accepted[@]} samples accepted, ${#refused[@]} refused; the operator observed all accepted ones."
+echo "== What the operator runs (pods wait on their glmops.dev/canary readiness gate)"
+kc get deploy,sts -n "$ns" -o custom-columns='KIND:.kind,NAME:.metadata.name,REPLICAS:.spec.replicas,IMAGE:.spec.template.spec.containers[0].image'
+kc get pods -n "$ns" -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,PHASE:.status.phase,GATE:.status.conditions[?(@.type=="glmops.dev/canary")].status,READY:.status.conditions[?(@.type=="Ready")].status'
+echo
+repairs=$(kc get glmd -n "$ns" -o jsonpath='{range .items[*]}{.status.remediations[*].rule}{"\n"}{end}' | grep -c . || true)
+running=$(kc get pods -n "$ns" --field-selector=status.phase=Running --no-headers 2>/dev/null | wc -l)
+pending=$(kc get pods -n "$ns" --field-selector=status.phase=Pending --no-headers 2>/dev/null | wc -l)
+echo "Summary: ${#accepted[@]} samples accepted (${repairs} repaired by admission), ${#refused[@]} refused with the rule and fix;"
+echo "         ${running} vLLM pods running on fake GPU nodes, ${pending} pending (no free GPUs of their type);"
+echo "         none is Ready: each waits on its glmops.dev/canary readiness gate."
 echo "Operator log: $state/logs/operator.log   KUBECONFIG=$KUBECONFIG"
 echo "Stop everything with: make down"

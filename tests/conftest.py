@@ -54,61 +54,82 @@ def crd_installed(kubectl: Kubectl) -> None:
     )
 
 
-@pytest.fixture(scope="session")
-def operator(cluster: Cluster, crd_installed: None) -> Iterator[subprocess.Popen[bytes]]:
+class OperatorProcess:
     """The operator, run as users run it outside a cluster: `kopf run` on our handlers."""
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    log = open(ARTIFACTS / "operator.log", "wb")  # noqa: SIM115 (kept open for the whole session)
-    certs = cluster.state_dir / "certs"
-    env = dict(
-        os.environ,
-        KUBECONFIG=cluster.kubeconfig,
-        GLMOPS_WEBHOOK_ADDR="127.0.0.1",
-        GLMOPS_WEBHOOK_HOST="127.0.0.1",
-        GLMOPS_WEBHOOK_PORT=TEST_WEBHOOK_PORT,
-        GLMOPS_WEBHOOK_CERT=str(certs / "webhook.crt"),
-        GLMOPS_WEBHOOK_KEY=str(certs / "webhook.key"),
-        GLMOPS_WEBHOOK_CA=str(certs / "ca.crt"),
-        GLMOPS_CATALOG_CONFIGMAP=f"{CATALOG_NAMESPACE}/glmops-catalog",
-        GLMOPS_CATALOG_TTL_SECONDS="1",
-        GLMOPS_DISCOVERY_TTL_SECONDS="1",
-    )
-    proc = subprocess.Popen(
-        [
-            str(REPO / ".venv" / "bin" / "kopf"),
-            "run",
-            "--standalone",
-            "--all-namespaces",
-            "-m",
-            "glm_operator.handlers",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=REPO,
-    )
-    kubectl = cluster.kubectl
-    # A GLMDeployment the rules refuse (expert parallelism over a single rank): once the API server
-    # refuses it through our webhook, admission is live end to end.
-    probe = (
-        "apiVersion: glmops.dev/v1alpha1\nkind: GLMDeployment\nmetadata: {name: probe, namespace: default}\n"
-        "spec: {model: {name: zai-org/GLM-5.3}, accelerator: {type: H200}, parallelism: {expert: true}}\n"
-    )
 
-    def webhooks_answer() -> bool:
-        assert proc.poll() is None, f"operator exited: see {ARTIFACTS / 'operator.log'}"
-        out = kubectl.run("apply", "--dry-run=server", "-f", "-", input=probe, check=False)
-        assert "glmops-validate.glmops.dev" in out.stderr, out.stderr or out.stdout
-        return True
+    def __init__(self, cluster: Cluster) -> None:
+        certs = cluster.state_dir / "certs"
+        self.kubectl = cluster.kubectl
+        self.env = dict(
+            os.environ,
+            KUBECONFIG=cluster.kubeconfig,
+            GLMOPS_WEBHOOK_ADDR="127.0.0.1",
+            GLMOPS_WEBHOOK_HOST="127.0.0.1",
+            GLMOPS_WEBHOOK_PORT=TEST_WEBHOOK_PORT,
+            GLMOPS_WEBHOOK_CERT=str(certs / "webhook.crt"),
+            GLMOPS_WEBHOOK_KEY=str(certs / "webhook.key"),
+            GLMOPS_WEBHOOK_CA=str(certs / "ca.crt"),
+            GLMOPS_CATALOG_CONFIGMAP=f"{CATALOG_NAMESPACE}/glmops-catalog",
+            GLMOPS_CATALOG_TTL_SECONDS="1",
+            GLMOPS_DISCOVERY_TTL_SECONDS="1",
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
 
-    eventually(webhooks_answer, timeout=90, what="the operator's admission webhooks to answer")
-    yield proc
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    def start(self) -> None:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        self.starts += 1
+        log = open(ARTIFACTS / f"operator-{self.starts}.log", "wb")  # noqa: SIM115 (owned by the process)
+        self.proc = subprocess.Popen(
+            [
+                str(REPO / ".venv" / "bin" / "kopf"),
+                "run",
+                "--standalone",
+                "--all-namespaces",
+                "-m",
+                "glm_operator.handlers",
+            ],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+        # A GLMDeployment the rules refuse (expert parallelism over a single rank): once the API server
+        # refuses it through our webhook, admission is live end to end.
+        probe = (
+            "apiVersion: glmops.dev/v1alpha1\nkind: GLMDeployment\nmetadata: {name: probe, namespace: default}\n"
+            "spec: {model: {name: zai-org/GLM-5.3}, accelerator: {type: H200}, parallelism: {expert: true}}\n"
+        )
+
+        def webhooks_answer() -> bool:
+            assert self.proc is not None and self.proc.poll() is None, f"operator exited: see {ARTIFACTS}"
+            out = self.kubectl.run("apply", "--dry-run=server", "-f", "-", input=probe, check=False)
+            assert "glmops-validate.glmops.dev" in out.stderr, out.stderr or out.stdout
+            return True
+
+        eventually(webhooks_answer, timeout=90, what="the operator's admission webhooks to answer")
+
+    def stop(self, kill: bool = False) -> None:
+        if self.proc is None:
+            return
+        if kill:
+            self.proc.kill()
+        else:
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: Cluster, crd_installed: None) -> Iterator[OperatorProcess]:
+    process = OperatorProcess(cluster)
+    process.start()
+    yield process
+    process.stop()
 
 
 @pytest.fixture

@@ -238,3 +238,33 @@ def test_with_leader_worker_set_a_multi_node_replica_is_one_group_of_nodes(
     assert leader[leader.index("--data-parallel-size") + 1] == "8" and "--enable-expert-parallel" in leader
     assert "--headless" in worker and worker[worker.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
     assert "StatefulSet" not in _owned(kubectl, namespace, name)
+
+
+def test_an_operator_killed_mid_reconcile_leaves_no_duplicate_lost_or_orphaned_object(
+    kubectl: Kubectl, namespace: str, operator: Any
+) -> None:
+    kubectl.run("apply", "-n", namespace, "-f", str(SAMPLES / "baseline-gb200-glm53-nvfp4.yaml"))
+    operator.stop(kill=True)  # SIGKILL: no graceful shutdown, whatever it was doing
+    operator.start()
+    name = "glm53-nvfp4-gb200-tp4"
+
+    def settled() -> dict[str, list[str]]:
+        owned = _owned(kubectl, namespace, name)
+        assert owned == {
+            "ConfigMap": [f"{name}-canary"],
+            "Deployment": [name],
+            "Service": [name],
+            "PodDisruptionBudget": [name],
+        }, owned
+        glmd = kubectl.get("glmd", name, namespace)
+        assert glmd["status"].get("observedGeneration") == glmd["metadata"]["generation"]
+        return owned
+
+    eventually(settled, timeout=90, what="one of each owned object after the restart")
+    sets = [
+        r
+        for r in kubectl.get("replicasets", namespace=namespace)["items"]
+        if r["metadata"]["labels"].get("glmops.dev/deployment") == name
+    ]
+    assert len(sets) == 1, "no second rollout from a restart"
+    eventually(lambda: len(_pods(kubectl, namespace, name)) == 1, timeout=60, what="exactly one pod")

@@ -138,3 +138,38 @@ def test_deleted_pods_go_away(kubectl: Kubectl, namespace: str) -> None:
     kubectl.apply(pod, "-n", namespace)
     eventually(lambda: kubectl.get("pod", "bye", namespace)["status"].get("phase") == "Running", timeout=60)
     kubectl.run("delete", "pod", "bye", "-n", namespace, "--timeout=60s")
+
+
+def test_the_gate_writer_patches_only_its_condition_and_skips_a_repeat(
+    cluster: object, kubectl: Kubectl, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from glm_operator.k8s import client, pods
+
+    monkeypatch.setenv("KUBECONFIG", cluster.kubeconfig)  # type: ignore[attr-defined]
+    client.api_client.cache_clear()
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gw"},
+        "spec": {
+            "readinessGates": [{"conditionType": "glmops.dev/canary"}],
+            "containers": [{"name": "main", "image": "example.invalid/app:1"}],
+        },
+    }
+    kubectl.apply(pod, "-n", namespace)
+    eventually(lambda: kubectl.get("pod", "gw", namespace)["status"].get("phase") == "Running", timeout=60)
+    assert pods.set_gate(namespace, "gw", "True", "CanaryPassed", "all checks passed") is True
+    version = kubectl.get("pod", "gw", namespace)["metadata"]["resourceVersion"]
+    assert pods.set_gate(namespace, "gw", "True", "CanaryPassed", "all checks passed") is False
+    assert kubectl.get("pod", "gw", namespace)["metadata"]["resourceVersion"] == version
+    conds = {c["type"]: c for c in kubectl.get("pod", "gw", namespace)["status"]["conditions"]}
+    assert {"Initialized", "ContainersReady", "glmops.dev/canary"} <= set(conds), "other conditions survive"
+    eventually(
+        lambda: (
+            {c["type"]: c["status"] for c in kubectl.get("pod", "gw", namespace)["status"]["conditions"]}["Ready"]
+            == "True"
+        ),
+        timeout=30,
+        what="Ready after the gate passes",
+    )
+    client.api_client.cache_clear()

@@ -28,7 +28,6 @@ def _admit(body: kopf.Body) -> Admission:
         raise kopf.AdmissionError(f"glmops could not evaluate this GLMDeployment: {err}", code=422) from err
 
 
-@kopf.on.mutate(GROUP, VERSION, PLURAL, id="glmops-repair", operations=OPERATIONS)
 def repair(body: kopf.Body, patch: kopf.Patch, warnings: list[str], **_: Any) -> None:
     """Apply Auto remedies to settings the user left unset, and say so in kubectl's warnings."""
     result = _admit(body)
@@ -41,10 +40,16 @@ def repair(body: kopf.Body, patch: kopf.Patch, warnings: list[str], **_: Any) ->
     warnings.extend(f"glmops repaired {f.message}" for f in result.findings if f.severity == "remediated")
 
 
-@kopf.on.validate(GROUP, VERSION, PLURAL, id="glmops-validate", operations=OPERATIONS)
 def validate(body: kopf.Body, warnings: list[str], **_: Any) -> None:
     """Refuse a GLMDeployment that would serve wrong answers, listing every problem at once."""
     result = _admit(body)
     warnings.extend(f.message for f in result.findings if f.severity == "warning")
     if not result.allowed:
         raise kopf.AdmissionError(result.rejection(), code=422)
+
+
+# With GLMOPS_WEBHOOK=off (e.g. a cluster whose admission is served elsewhere) no webhook is
+# registered: kopf refuses admission handlers without a server.
+if os.environ.get("GLMOPS_WEBHOOK", "on") != "off":
+    kopf.on.mutate(GROUP, VERSION, PLURAL, id="glmops-repair", operations=OPERATIONS)(repair)
+    kopf.on.validate(GROUP, VERSION, PLURAL, id="glmops-validate", operations=OPERATIONS)(validate)

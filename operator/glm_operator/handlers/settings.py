@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import kopf
@@ -29,6 +30,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         prefix=PREFIX, key="last-handled-configuration"
     )
     settings.posting.level = 20  # INFO and above become Kubernetes Events
+    # With several replicas (kopf peering), the newest operator wins: a rolling update's new pod takes
+    # over at once and the old one pauses until it is gone, so a rollout never freezes behind the old.
+    settings.peering.priority = int(os.environ.get("GLMOPS_PEERING_PRIORITY") or time.time())
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     # Owned objects are watched with a server-side label selector: never every object in the cluster.

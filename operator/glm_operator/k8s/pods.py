@@ -1,0 +1,46 @@
+"""Serving pods: the readiness-gate condition the canaries decide, written as the kubelet would.
+
+The write is a strategic-merge patch on pods/status carrying only our condition (conditions merge on
+`type`, so the kubelet's own conditions stay untouched; a JSON merge patch would replace the whole
+list), and it is skipped when the pod already carries the same status, reason and message.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from glm_operator.k8s.client import core_v1
+from glm_operator.render.workloads import CANARY_CONDITION
+
+
+def gate_patch(
+    pod: dict[str, Any], status: Literal["True", "False"], reason: str, message: str
+) -> dict[str, Any] | None:
+    """The patch that sets our condition, or None when the pod already says exactly this."""
+    current = next(
+        (c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == CANARY_CONDITION), None
+    )
+    if current and (current.get("status"), current.get("reason"), current.get("message")) == (status, reason, message):
+        return None
+    since = current.get("lastTransitionTime") if current and current.get("status") == status else None
+    condition = {
+        "type": CANARY_CONDITION,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastProbeTime": None,
+        "lastTransitionTime": since or datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+    }
+    return {"status": {"conditions": [condition]}}
+
+
+def set_gate(namespace: str, name: str, status: Literal["True", "False"], reason: str, message: str) -> bool:
+    """Write the canary condition on a pod; returns whether anything was written."""
+    api = core_v1()
+    pod = api.api_client.sanitize_for_serialization(api.read_namespaced_pod_status(name, namespace))
+    patch = gate_patch(pod, status, reason, message)
+    if patch is None:
+        return False
+    api.patch_namespaced_pod_status(name, namespace, patch, _content_type="application/strategic-merge-patch+json")
+    return True
