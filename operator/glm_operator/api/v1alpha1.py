@@ -266,10 +266,96 @@ class ValidationSpec(_Model):
     )
 
 
-class CanarySpec(BaseModel):
+class GSM8KSource(_Model):
+    """Where GSM8K questions come from. Unset everything: built-in seeded grade-school problems."""
+
+    path: str | None = Field(default=None, description="A JSONL file in the operator's filesystem.")
+    url: str | None = Field(default=None, description="An http(s) URL of a JSONL file.")
+    config_map: str | None = Field(
+        default=None, description="A ConfigMap in the GLMDeployment's namespace whose key test.jsonl holds the data."
+    )
+
+
+class GSM8KCanary(_Model):
+    """GSM8K accuracy, scored as vLLM's own check does, decided by a sequential test."""
+
+    enabled: bool = Field(default=True, description="Run this check.")
+    max_questions: int = Field(default=200, ge=1, le=1319, description="Questions at most; the test stops early.")
+    threshold: float | None = Field(
+        default=None, ge=0, le=1, description="Accuracy to pass. Unset means the model catalog's default."
+    )
+    chat: bool = Field(default=False, description="Also score the chat variant (content only, no reasoning).")
+    source: GSM8KSource = Field(
+        default_factory=GSM8KSource, description="Where the questions come from.", json_schema_extra={"default": {}}
+    )
+
+
+class RateCanary(_Model):
+    """A check measured as a rate over several requests."""
+
+    enabled: bool = Field(default=True, description="Run this check.")
+    samples: int = Field(default=20, ge=1, le=1000, description="Requests to send.")
+
+
+class SmokeCanary(RateCanary):
+    """Tiny arithmetic ("What is 2+2?") at temperature 0: content present and correct."""
+
+    samples: int = Field(default=4, ge=1, le=20, description="Questions to ask.")
+
+
+class NullContentCanary(RateCanary):
+    """Share of chat answers whose content is empty while the reasoning is not."""
+
+    max_rate: float = Field(default=0.05, ge=0, le=1, description="Highest acceptable null-content share.")
+
+
+class CopyCanary(_Model):
+    """Copy a fixed list of about 50 items exactly, at temperature 0."""
+
+    enabled: bool = Field(default=True, description="Run this check.")
+    trials: int = Field(default=3, ge=1, le=20, description="Copies to request; every one must be exact.")
+
+
+class SpecDecodeCanary(_Model):
+    """Speculative-decoding acceptance from the pod's /metrics, around the canary traffic."""
+
+    enabled: bool = Field(default=True, description="Run this check when speculative decoding is configured.")
+    min_acceptance: float = Field(default=0.2, ge=0, le=1, description="Lowest acceptable acceptance rate.")
+
+
+class LogprobCanary(_Model):
+    """Mean negative log-likelihood of fixed texts (echo + logprobs) against a reference."""
+
+    enabled: bool = Field(default=False, description="Run this check (needs a per-model reference).")
+    reference: float | None = Field(default=None, ge=0, description="Reference mean NLL per token.")
+    tolerance: float = Field(default=0.05, ge=0, description="Allowed increase over the reference.")
+
+
+class CanarySpec(_Model):
     """Correctness canaries run against each serving pod before it joins the Service."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    smoke: SmokeCanary = Field(
+        default_factory=SmokeCanary, description="2+2 and friends.", json_schema_extra={"default": {}}
+    )
+    gsm8k: GSM8KCanary = Field(
+        default_factory=GSM8KCanary, description="GSM8K accuracy.", json_schema_extra={"default": {}}
+    )
+    null_content: NullContentCanary = Field(
+        default_factory=NullContentCanary, description="Null-content rate.", json_schema_extra={"default": {}}
+    )
+    copy_fidelity: CopyCanary = Field(
+        default_factory=CopyCanary, description="Exact list copying.", json_schema_extra={"default": {}}
+    )
+    spec_decode: SpecDecodeCanary = Field(
+        default_factory=SpecDecodeCanary, description="Draft acceptance.", json_schema_extra={"default": {}}
+    )
+    logprob: LogprobCanary = Field(
+        default_factory=LogprobCanary, description="Prompt log-likelihood.", json_schema_extra={"default": {}}
+    )
+    recheck_seconds: int = Field(default=600, ge=0, description="Re-run the suite this often on Ready pods; 0: never.")
+    failures_to_unready: int = Field(
+        default=2, ge=1, le=10, description="Consecutive failed re-checks before a Ready pod is taken out."
+    )
 
 
 class GLMDeploymentSpec(_Model):
@@ -301,7 +387,7 @@ class GLMDeploymentSpec(_Model):
     canary: CanarySpec = Field(
         default_factory=CanarySpec,
         description="Correctness canaries gating each pod's readiness.",
-        json_schema_extra={"default": {}, "x-kubernetes-preserve-unknown-fields": True},
+        json_schema_extra={"default": {}},
     )
 
 

@@ -11,11 +11,14 @@ import yaml
 
 from glm_operator import __version__
 from glm_operator.api.crd import render_crd_yaml
+from glm_operator.canary.suite import SUITES
 from glm_operator.catalog import load_accelerators
+from glm_operator.cli.canary_cmd import canary, sim
 from glm_operator.cli.generate import stale_files, write_all
 from glm_operator.cli.render import render
 from glm_operator.cli.validate import validate
 from glm_operator.render.fleet import default_fleet
+from glm_operator.sim.faults import FAULTS
 
 
 def _cmd_crd(_: argparse.Namespace) -> int:
@@ -47,6 +50,30 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_render(args: argparse.Namespace) -> int:
     return render(args.files, args.lws, args.catalog)
+
+
+def _cmd_canary(args: argparse.Namespace) -> int:
+    return canary(args.url, args.suite, args.gsm8k, args.output, args.model, args.max_questions)
+
+
+def _cmd_sim(args: argparse.Namespace) -> int:
+    serve_args = list(args.serve_args)
+    if serve_args[:1] == ["--"]:
+        serve_args = serve_args[1:]
+    return sim(
+        args.host,
+        args.port,
+        args.fault,
+        args.gsm8k,
+        args.model,
+        args.spec_tokens,
+        args.latency_ms,
+        args.load_seconds,
+        args.gpu,
+        args.vllm_version,
+        args.patches,
+        serve_args,
+    )
 
 
 def _cmd_version(_: argparse.Namespace) -> int:
@@ -101,6 +128,39 @@ def build_parser() -> argparse.ArgumentParser:
     ren.add_argument("--catalog", action="append", default=[], metavar="FILE", help="a catalog extension")
     ren.add_argument("files", nargs="+", metavar="FILE", help="manifest files, or - for standard input")
     ren.set_defaults(func=_cmd_render)
+
+    can = sub.add_parser(
+        "canary",
+        help="run the correctness canaries against any OpenAI-compatible endpoint",
+        description="Exit 0 when every check passes, 1 when one fails, 2 when the endpoint is unreachable.",
+    )
+    can.add_argument("--url", required=True, help="base URL, e.g. http://127.0.0.1:8000")
+    can.add_argument("--suite", action="append", choices=SUITES, help="run only these suites (repeatable)")
+    can.add_argument("--gsm8k", help="GSM8K test.jsonl (few-shot examples from train.jsonl beside it)")
+    can.add_argument("--model", help="model name to request (default: the first of /v1/models)")
+    can.add_argument("--max-questions", type=int, default=200, help="GSM8K questions at most")
+    can.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    can.set_defaults(func=_cmd_canary)
+
+    sm = sub.add_parser(
+        "sim",
+        help="a vLLM stand-in: OpenAI API, /health, /metrics, and the upstream failure signatures",
+        description="With `-- vllm serve MODEL ARGS...` the fault follows from the flags, the environment, "
+        "--gpu, --vllm-version and --patches (fault auto).",
+    )
+    sm.add_argument("--host", default="127.0.0.1")
+    sm.add_argument("--port", type=int, default=8000)
+    sm.add_argument("--fault", choices=["auto", *FAULTS], default="auto")
+    sm.add_argument("--gsm8k", help="GSM8K JSONL whose gold answers a healthy model gives")
+    sm.add_argument("--model", default="zai-org/GLM-5.3", help="served model name (without serve args)")
+    sm.add_argument("--spec-tokens", type=int, default=0, help="MTP tokens per step (without serve args)")
+    sm.add_argument("--latency-ms", type=int, default=0, help="added latency per request")
+    sm.add_argument("--load-seconds", type=float, default=0.0, help="refuse connections this long, as while loading")
+    sm.add_argument("--gpu", default="H200", help="accelerator type the pod runs on")
+    sm.add_argument("--vllm-version", default="0.33.0", help="vLLM version of the image")
+    sm.add_argument("--patches", default="", help="comma-separated glmops patches in the image")
+    sm.add_argument("serve_args", nargs=argparse.REMAINDER, help="-- vllm serve MODEL ARGS...")
+    sm.set_defaults(func=_cmd_sim)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=_cmd_version)

@@ -1,0 +1,66 @@
+"""Run the canary suite against one OpenAI-compatible endpoint (one pod, or any server)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from glm_operator.api.v1alpha1 import CanarySpec
+from glm_operator.canary import checks
+from glm_operator.canary.client import OpenAIClient
+from glm_operator.canary.gsm8k import run_gsm8k
+from glm_operator.canary.gsm8k_data import Item, generate
+from glm_operator.canary.results import SuiteResult
+
+SUITES = ("smoke", "gsm8k", "null-content", "copy", "spec-decode", "logprob")
+DEFAULT_GSM8K_THRESHOLD = 0.82  # vLLM CI's 0.90 for GLM-5.2-NVFP4 configs, minus its 0.08 margin
+
+
+@dataclass
+class SuiteInputs:
+    config: CanarySpec = field(default_factory=CanarySpec)
+    questions: list[Item] = field(default_factory=lambda: generate(200, seed=1))
+    shots: list[Item] = field(default_factory=lambda: generate(5, seed=2))
+    speculative: bool = False
+    gsm8k_threshold: float = DEFAULT_GSM8K_THRESHOLD
+    only: tuple[str, ...] = SUITES
+
+
+async def run_suite(
+    client: OpenAIClient, inputs: SuiteInputs, progress: Callable[[str], Awaitable[None] | None] | None = None
+) -> SuiteResult:
+    cfg, result = inputs.config, SuiteResult()
+    spec_on = inputs.speculative and cfg.spec_decode.enabled and "spec-decode" in inputs.only
+    before = checks.spec_counters(await client.metrics()) if spec_on else {}
+
+    async def step(name: str) -> None:
+        if progress:
+            maybe = progress(name)
+            if maybe is not None:
+                await maybe
+
+    if cfg.smoke.enabled and "smoke" in inputs.only:
+        await step("smoke")
+        result.checks.append(await checks.smoke(client, cfg.smoke.samples))
+    if cfg.gsm8k.enabled and "gsm8k" in inputs.only:
+        await step("gsm8k")
+        threshold = cfg.gsm8k.threshold if cfg.gsm8k.threshold is not None else inputs.gsm8k_threshold
+        result.checks.extend(
+            await run_gsm8k(
+                client, inputs.questions, inputs.shots, threshold, cfg.gsm8k.max_questions, cfg.gsm8k.chat, progress
+            )
+        )
+    if cfg.null_content.enabled and "null-content" in inputs.only:
+        await step("null-content")
+        result.checks.append(await checks.null_content(client, cfg.null_content.samples, cfg.null_content.max_rate))
+    if cfg.copy_fidelity.enabled and "copy" in inputs.only:
+        await step("copy")
+        result.checks.append(await checks.copy_fidelity(client, cfg.copy_fidelity.trials))
+    if cfg.logprob.enabled and cfg.logprob.reference is not None and "logprob" in inputs.only:
+        await step("logprob")
+        result.checks.append(await checks.logprob(client, cfg.logprob.reference, cfg.logprob.tolerance))
+    if spec_on:
+        await step("spec-decode")
+        after = checks.spec_counters(await client.metrics())
+        result.checks.append(checks.acceptance(before, after, cfg.spec_decode.min_acceptance))
+    return result

@@ -1,0 +1,129 @@
+"""`glmctl canary` and `glmctl sim`: the canaries against any endpoint, and the vLLM simulator."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from glm_operator.api.v1alpha1 import CanarySpec
+from glm_operator.canary.client import EndpointError, OpenAIClient
+from glm_operator.canary.gsm8k_data import Item, generate, parse_jsonl
+from glm_operator.canary.results import SuiteResult
+from glm_operator.canary.suite import SUITES, SuiteInputs, run_suite
+
+EXIT_PASS, EXIT_FAIL, EXIT_UNREACHABLE = 0, 1, 2
+
+
+def load_gsm8k(path: str | None) -> tuple[list[Item], list[Item]]:
+    """Questions from a test.jsonl (few-shot examples from train.jsonl beside it), else generated ones."""
+    if not path:
+        return generate(200, seed=1), generate(5, seed=2)
+    questions = parse_jsonl(Path(path).read_text())
+    train = Path(path).with_name("train.jsonl")
+    shots = parse_jsonl(train.read_text())[:5] if train.is_file() else generate(5, seed=2)
+    return questions, shots
+
+
+def _table(result: SuiteResult) -> str:
+    rows = [("CHECK", "RESULT", "VALUE", "THRESHOLD", "DETAIL")]
+    for c in result.checks:
+        rows.append(
+            (
+                c.name,
+                "pass" if c.passed else "FAIL",
+                "-" if c.value is None else f"{c.value:.3f}",
+                "-" if c.threshold is None else f"{c.threshold:.3f}",
+                c.detail,
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
+    return "\n".join(lines) + f"\n\n{'PASSED' if result.passed else 'FAILED'}\n"
+
+
+async def _canary(
+    url: str, suites: tuple[str, ...], gsm8k: str | None, output: str, model: str | None, max_questions: int
+) -> int:
+    client = OpenAIClient(url, model=model)
+    try:
+        try:
+            await client.model_name()
+            metrics = await client.metrics()
+        except EndpointError as err:
+            print(f"error: endpoint unreachable: {err}", file=sys.stderr)
+            return EXIT_UNREACHABLE
+        questions, shots = load_gsm8k(gsm8k)
+        config = CanarySpec()
+        config.gsm8k.max_questions = max_questions
+        inputs = SuiteInputs(
+            config=config,
+            questions=questions,
+            shots=shots,
+            only=suites,
+            speculative="vllm:spec_decode_num_draft_tokens" in metrics,
+        )
+        tty = sys.stderr.isatty()
+
+        def progress(step: str) -> None:
+            sys.stderr.write(f"\r\033[K[{step}]" if tty else f"running {step}\n")
+            sys.stderr.flush()
+
+        try:
+            result = await run_suite(client, inputs, progress)
+        except EndpointError as err:
+            print(f"\nerror: endpoint failed during the canaries: {err}", file=sys.stderr)
+            return EXIT_UNREACHABLE
+        if tty:
+            sys.stderr.write("\r\033[K")
+        if output == "json":
+            print(json.dumps(result.as_dict(), indent=2))
+        else:
+            sys.stdout.write(_table(result))
+        return EXIT_PASS if result.passed else EXIT_FAIL
+    finally:
+        await client.close()
+
+
+def canary(
+    url: str, suites: list[str] | None, gsm8k: str | None, output: str, model: str | None, max_questions: int
+) -> int:
+    return asyncio.run(_canary(url, tuple(suites or SUITES), gsm8k, output, model, max_questions))
+
+
+def sim(
+    host: str,
+    port: int,
+    fault: str,
+    gsm8k: str | None,
+    model: str,
+    spec_tokens: int,
+    latency_ms: int,
+    load_seconds: float,
+    gpu: str,
+    vllm_version: str,
+    patches: str,
+    serve_args: list[str],
+) -> int:
+    from glm_operator.sim.behaviour import Model
+    from glm_operator.sim.faults import fault_of, parse_serve_args
+    from glm_operator.sim.server import Simulator, serve
+
+    if serve_args:
+        launch = parse_serve_args(serve_args, dict(os.environ), gpu, vllm_version, {p for p in patches.split(",") if p})
+        model = launch.model
+        if launch.speculative:
+            spec_tokens = int(launch.speculative.get("num_speculative_tokens") or 1)  # type: ignore[call-overload]
+        if fault == "auto":
+            fault = fault_of(launch)
+    if fault == "auto":
+        fault = "none"
+    gold = parse_jsonl(Path(gsm8k).read_text()) if gsm8k else None
+    simulator = Simulator(Model(fault, gold), model, spec_tokens, latency_ms / 1000)
+    print(f"glmctl sim: {model} on {host}:{port}, fault {fault}, MTP tokens {spec_tokens}", file=sys.stderr, flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(simulator, host, port, load_seconds))
+    return 0
