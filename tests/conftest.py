@@ -14,6 +14,8 @@ import pytest
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually, run_script, script_env
 
 TEST_WEBHOOK_PORT = "19543"
+TEST_METRICS_PORT = "19544"
+SHARED_GSM8K = REPO.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
 CATALOG_NAMESPACE = "glmops-test-catalog"
 ARTIFACTS = Path(os.environ.get("GLMOPS_TEST_ARTIFACTS", REPO / ".test-artifacts"))
 
@@ -72,7 +74,10 @@ class OperatorProcess:
             GLMOPS_CATALOG_CONFIGMAP=f"{CATALOG_NAMESPACE}/glmops-catalog",
             GLMOPS_CATALOG_TTL_SECONDS="1",
             GLMOPS_DISCOVERY_TTL_SECONDS="1",
+            GLMOPS_METRICS_PORT=TEST_METRICS_PORT,
         )
+        if SHARED_GSM8K.is_file():
+            self.env["GLMOPS_GSM8K_PATH"] = str(SHARED_GSM8K)
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -130,6 +135,22 @@ def operator(cluster: Cluster, crd_installed: None) -> Iterator[OperatorProcess]
     process.start()
     yield process
     process.stop()
+
+
+@pytest.fixture(scope="session")
+def sim_fleet(cluster: Cluster, operator: OperatorProcess) -> Iterator[subprocess.Popen[bytes]]:
+    """Simulated vLLM on every serving pod's IP (kwok pods run no process)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    log = open(ARTIFACTS / "sim-fleet.log", "wb")  # noqa: SIM115 (owned by the process)
+    argv = [str(REPO / ".venv" / "bin" / "glmctl"), "sim-fleet"]
+    if SHARED_GSM8K.is_file():
+        argv += ["--gsm8k", str(SHARED_GSM8K)]
+    proc = subprocess.Popen(
+        argv, env=dict(os.environ, KUBECONFIG=cluster.kubeconfig), stdout=log, stderr=subprocess.STDOUT
+    )
+    yield proc
+    proc.terminate()
+    proc.wait(timeout=20)
 
 
 @pytest.fixture

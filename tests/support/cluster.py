@@ -103,7 +103,7 @@ def eventually(check: Callable[[], Any], timeout: float = 60, interval: float = 
             if value:
                 return value
             last = None
-        except AssertionError as err:
+        except (AssertionError, KeyError, IndexError, StopIteration) as err:  # "not there yet"
             last = err
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what or check}: {last}")

@@ -41,6 +41,8 @@ def _walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
         out += _walk(sub, f"{path}.{name}")
     if "items" in node:
         out += _walk(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        out += _walk(node["additionalProperties"], f"{path}{{}}")
     return out
 
 
@@ -52,8 +54,10 @@ def _schema() -> dict[str, Any]:
 def test_every_schema_node_is_typed_and_structural() -> None:
     for path, node in _walk(_schema()):
         assert "type" in node, f"{path or '<root>'} has no type"
-        for banned in ("$ref", "anyOf", "oneOf", "allOf", "additionalProperties", "title"):
+        for banned in ("$ref", "anyOf", "oneOf", "allOf", "title"):
             assert banned not in node, f"{path}: {banned} is not allowed in a structural schema"
+        if "additionalProperties" in node:  # a map: a schema for its values, never beside properties
+            assert isinstance(node["additionalProperties"], dict) and "properties" not in node, path
 
 
 def test_every_spec_field_has_explain_text() -> None:

@@ -67,6 +67,8 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
             out[key] = {name: _resolve(sub, defs) for name, sub in value.items()}
         elif key == "items":
             out[key] = _resolve(value, defs)
+        elif key == "additionalProperties" and isinstance(value, dict):
+            out[key] = _resolve(value, defs)  # a map: dict[str, X]
         elif key in _KEPT or key.startswith("x-kubernetes-"):
             out[key] = value
     if "enum" in out and "type" not in out:

@@ -433,6 +433,21 @@ class PlanSummary(_Model):
     command_hash: str = Field(description="Hash of image, arguments and environment; changes roll the pods.")
 
 
+class PodCanaryStatus(_Model):
+    """The last canary run against one serving pod."""
+
+    passed: bool = Field(description="Whether every check passed.")
+    failed: list[str] = Field(default_factory=list, description="Checks that failed.")
+    message: str = Field(default="", description="The failed checks and their figures (or every check's).")
+    checked_at: str = Field(default="", description="When the run finished (RFC 3339).")
+
+
+class CanaryStatus(_Model):
+    """Canary results of the serving pods."""
+
+    pods: dict[str, PodCanaryStatus] = Field(default_factory=dict, description="By pod name.")
+
+
 class GLMDeploymentStatus(_Model):
     """Observed state, written by the operator."""
 
@@ -448,6 +463,7 @@ class GLMDeploymentStatus(_Model):
         default=None, ge=0, description="Replicas whose pods passed their canaries and serve traffic."
     )
     plan: PlanSummary | None = Field(default=None, description="What the operator runs for this spec.")
+    canary: CanaryStatus | None = Field(default=None, description="Canary results per serving pod.")
     remediations: list[RemediationRecord] = Field(
         default_factory=list, description="Settings admission repaired, and the rule behind each."
     )

@@ -31,6 +31,8 @@ class ModelInfo(BaseModel):
     weight_gb: float = Field(gt=0, alias="weightGB")
     expert_fraction: float = Field(ge=0, le=1)
     bf16_modules: tuple[str, ...] = ()
+    # GSM8K accuracy a healthy deployment reaches, less vLLM CI's 0.08 margin (0.90 - 0.08 for GLM-5.x).
+    gsm8k_threshold: float = Field(default=0.82, ge=0, le=1, alias="gsm8kThreshold")
     aliases: tuple[str, ...] = ()
 
     def computes_topk(self, layer: int) -> bool:

@@ -76,6 +76,14 @@ def _cmd_sim(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_sim_fleet(args: argparse.Namespace) -> int:
+    from glm_operator.sim.fleet import run
+
+    overrides = dict(item.split("=", 1) for item in args.fault)
+    run(args.gsm8k, overrides)
+    return 0
+
+
 def _cmd_version(_: argparse.Namespace) -> int:
     print(f"glmctl {__version__}")
     return 0
@@ -161,6 +169,20 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--patches", default="", help="comma-separated glmops patches in the image")
     sm.add_argument("serve_args", nargs=argparse.REMAINDER, help="-- vllm serve MODEL ARGS...")
     sm.set_defaults(func=_cmd_sim)
+
+    fleet_sim = sub.add_parser(
+        "sim-fleet",
+        help="(test and demo tooling) run a simulator on the IP of every serving pod of a kwok cluster",
+    )
+    fleet_sim.add_argument("--gsm8k", help="GSM8K JSONL for the simulators' gold answers")
+    fleet_sim.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="NAMESPACE/NAME=FAULT",
+        help="force a failure the rules do not know onto one GLMDeployment's pods",
+    )
+    fleet_sim.set_defaults(func=_cmd_sim_fleet)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=_cmd_version)

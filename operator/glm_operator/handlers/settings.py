@@ -8,6 +8,7 @@ from typing import Any
 
 import kopf
 
+from glm_operator.k8s.metrics import serve_metrics
 from glm_operator.k8s.webhooks import webhook_server_from_env
 
 PREFIX = "glmops.dev"
@@ -38,6 +39,10 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Owned objects are watched with a server-side label selector: never every object in the cluster.
     for resource in OWNED_RESOURCES:
         settings.watching.label_selectors[resource] = "app.kubernetes.io/managed-by=glmops"
+    # Only the operator's own serving pods are watched (for the canary gate), selected by the server.
+    settings.watching.label_selectors["v1", "pods"] = "glmops.dev/serving=true,app.kubernetes.io/managed-by=glmops"
+    if os.environ.get("GLMOPS_METRICS_PORT"):
+        serve_metrics(int(os.environ["GLMOPS_METRICS_PORT"]))
     server = webhook_server_from_env(os.environ)
     if server is not None:
         settings.admission.server = server

@@ -234,6 +234,8 @@ def stateful_sets(plan: Plan, glmd: GLMDeployment, owner: Owner) -> list[dict[st
 
 def services(plan: Plan, owner: Owner, headless: bool) -> list[dict[str, Any]]:
     serving = {**labels(plan), "glmops.dev/serving": "true"}
+    if headless:  # StatefulSet groups: only pod 0 of each group serves HTTP
+        serving["apps.kubernetes.io/pod-index"] = "0"
     out = [
         {
             "apiVersion": "v1",

@@ -1,0 +1,74 @@
+"""The canary gate's decisions for one pod: when to pass, when to fail, when to look again.
+
+A pod that has never passed fails at once and is retried with backoff (15 s doubling to 10 min). A
+Ready pod is taken out only after `failuresToUnready` consecutive failed re-checks, so one slow or
+unlucky answer does not flap it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from glm_operator.api import GLMDeployment
+from glm_operator.canary.gsm8k_data import Item
+from glm_operator.canary.results import SuiteResult
+from glm_operator.canary.suite import DEFAULT_GSM8K_THRESHOLD, SuiteInputs
+from glm_operator.catalog.bundle import Catalogs
+
+Decision = tuple[Literal["True", "False"], str, str]
+FIRST_RETRY_S, MAX_RETRY_S = 15.0, 600.0
+NEVER_S = 365 * 24 * 3600.0
+
+
+def pod_is_serving_ready(status: dict[str, Any]) -> bool:
+    """The server container is up (its readiness probe passes): time to ask it questions."""
+    conds = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    return status.get("phase") == "Running" and conds.get("ContainersReady") == "True"
+
+
+@dataclass
+class GateState:
+    gate: str | None = None
+    failures: int = 0
+
+    def observe(self, result: SuiteResult, failures_to_unready: int) -> Decision | None:
+        if result.passed:
+            self.failures = 0
+            self.gate = "True"
+            return "True", "CanaryPassed", f"all {len(result.checks)} checks passed"
+        self.failures += 1
+        if self.gate == "True" and self.failures < failures_to_unready:
+            return None
+        self.gate = "False"
+        failed = result.failed()
+        return "False", "CanaryFailed", "; ".join(c.summary() for c in failed)
+
+    def next_delay(self, result: SuiteResult, recheck_seconds: int) -> float:
+        if result.passed:
+            return float(recheck_seconds) if recheck_seconds > 0 else NEVER_S
+        if self.gate == "True":  # Ready, counting failures towards failuresToUnready
+            return min(float(recheck_seconds) or FIRST_RETRY_S, FIRST_RETRY_S)
+        return float(min(FIRST_RETRY_S * 2.0 ** (self.failures - 1), MAX_RETRY_S))
+
+    def report(self, result: SuiteResult) -> dict[str, Any]:
+        return {
+            "passed": result.passed,
+            "failed": [c.name for c in result.failed()],
+            "message": "; ".join(c.summary() for c in (result.failed() or result.checks)),
+            "checkedAt": datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+        }
+
+
+def suite_inputs_for(body: dict[str, Any], catalogs: Catalogs, questions: list[Item], shots: list[Item]) -> SuiteInputs:
+    glmd = GLMDeployment.model_validate(body)
+    lookup = catalogs.models.lookup(glmd.spec.model.name)
+    threshold = lookup.model.gsm8k_threshold if lookup else DEFAULT_GSM8K_THRESHOLD
+    return SuiteInputs(
+        config=glmd.spec.canary,
+        questions=questions,
+        shots=shots,
+        speculative=glmd.spec.engine.speculative is not None,
+        gsm8k_threshold=threshold,
+    )

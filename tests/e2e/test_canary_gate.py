@@ -1,0 +1,173 @@
+"""Canaries and readiness gates end to end: simulated vLLM on the pods' IPs, the operator deciding."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from tests.conftest import TEST_METRICS_PORT
+from tests.support.builders import GLMDeploymentBuilder as B
+from tests.support.cluster import REPO, Kubectl, eventually
+
+pytestmark = pytest.mark.cluster
+SAMPLES = REPO / "samples"
+# A catalog entry that wrongly claims an image carries the expert-map patch: admission trusts it,
+# the pods do not have the patch, so the broken setup slips through to the canaries.
+LYING_CATALOG = """images:
+  mirror.example/vllm-openai:v0.30.0: {version: 0.30.0, platform: cuda, patches: [moe-mxfp4-expert-map]}
+"""
+
+
+@pytest.fixture(autouse=True)
+def _running(operator: object, sim_fleet: object) -> None:
+    """The operator and the simulators."""
+
+
+def _pods(kubectl: Kubectl, namespace: str, name: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in kubectl.get("pods", namespace=namespace)["items"]
+        if p["metadata"]["labels"].get("glmops.dev/deployment") == name and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def _conds(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in pod["status"].get("conditions") or []}
+
+
+def test_a_healthy_deployment_becomes_ready_after_its_canaries(kubectl: Kubectl, namespace: str) -> None:
+    kubectl.run("apply", "-n", namespace, "-f", str(SAMPLES / "baseline-h200-glm53-fp8.yaml"))
+    name = "glm53-fp8-h200-tp8"
+
+    def ready() -> dict[str, Any]:
+        glmd = kubectl.get("glmd", name, namespace)
+        assert glmd["status"].get("readyReplicas") == 1, glmd["status"].get("canary")
+        return glmd
+
+    glmd = eventually(ready, timeout=120, what="the deployment to pass its canaries")
+    (report,) = glmd["status"]["canary"]["pods"].values()
+    assert report["passed"] is True and report["failed"] == []
+    pod = _pods(kubectl, namespace, name)[0]
+    assert _conds(pod)["glmops.dev/canary"]["reason"] == "CanaryPassed"
+    events = kubectl.run("get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}").stdout
+    assert "CanaryPassed" in events
+
+
+@pytest.fixture
+def lying_catalog(kubectl: Kubectl) -> Any:
+    from tests.conftest import CATALOG_NAMESPACE
+
+    kubectl.run("create", "namespace", CATALOG_NAMESPACE, check=False)
+    kubectl.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "glmops-catalog", "namespace": CATALOG_NAMESPACE},
+            "data": {"catalog.yaml": LYING_CATALOG},
+        }
+    )
+    yield
+    kubectl.run("delete", "configmap", "glmops-catalog", "-n", CATALOG_NAMESPACE, check=False)
+
+
+def test_a_broken_config_that_slips_past_admission_never_becomes_ready(
+    kubectl: Kubectl, namespace: str, lying_catalog: None
+) -> None:
+    obj = (
+        B("slipped")
+        .model("RedHatAI/GLM-5.3-MXFP4")
+        .accelerator("GB200")
+        .tensor(4)
+        .image("mirror.example/vllm-openai:v0.30.0")
+        .remediation("Reject")
+        .build()
+    )
+    obj["spec"]["parallelism"] = {"tensor": 1, "data": 4, "expert": True}
+
+    def admitted() -> bool:
+        return kubectl.apply(obj, "-n", namespace, check=False).returncode == 0
+
+    eventually(admitted, timeout=30, what="admission to trust the catalog entry")
+
+    def failed() -> dict[str, Any]:
+        report = kubectl.get("glmd", "slipped", namespace).get("status", {}).get("canary", {}).get("pods", {})
+        assert report and not next(iter(report.values()))["passed"], report
+        return next(iter(report.values()))
+
+    report = eventually(failed, timeout=120, what="the canaries to fail")
+    assert {"smoke", "gsm8k", "null-content"} <= set(report["failed"])
+    assert "gsm8k 0 (threshold 0.82): 0/3 correct" in report["message"]
+    null_rate = float(re.search(r"null-content ([0-9.]+) \(threshold", report["message"])[1])  # type: ignore[index]
+    assert null_rate > 0.5, "the report's signature: most answers only in the reasoning field"
+    pod = _pods(kubectl, namespace, "slipped")[0]
+    assert _conds(pod)["Ready"]["status"] == "False"
+    assert "null-content" in _conds(pod)["glmops.dev/canary"]["message"]
+    glmd = kubectl.get("glmd", "slipped", namespace)
+    assert glmd["status"].get("readyReplicas", 0) == 0
+
+
+def test_an_unknown_failure_is_caught_and_named_with_its_figure(kubectl: Kubectl, namespace: str) -> None:
+    obj = B("mtp").model("zai-org/GLM-5.3").accelerator("H200").tensor(8).mtp(3).build()
+    obj["metadata"]["annotations"] = {"sim.glmops.dev/fault": "mtp-zero"}
+    kubectl.apply(obj, "-n", namespace)
+
+    def failed() -> dict[str, Any]:
+        report = kubectl.get("glmd", "mtp", namespace).get("status", {}).get("canary", {}).get("pods", {})
+        assert report and report[next(iter(report))]["failed"] == ["spec-decode"], report
+        return next(iter(report.values()))
+
+    report = eventually(failed, timeout=120, what="the spec-decode canary to fail")
+    assert "spec-decode 0 (threshold 0.2)" in report["message"]
+
+
+def test_a_rolling_update_to_a_broken_config_never_takes_traffic(
+    kubectl: Kubectl, namespace: str, lying_catalog: None
+) -> None:
+    good = (
+        B("roll")
+        .model("RedHatAI/GLM-5.3-MXFP4")
+        .accelerator("GB200")
+        .tensor(4)
+        .image("vllm/vllm-openai:v0.32.0")
+        .build()
+    )
+    kubectl.apply(good, "-n", namespace)
+    eventually(
+        lambda: kubectl.get("glmd", "roll", namespace)["status"].get("readyReplicas") == 1,
+        timeout=120,
+        what="the first version to serve",
+    )
+    old = {p["metadata"]["name"] for p in _pods(kubectl, namespace, "roll")}
+    bad = dict(good)
+    bad["spec"] = {
+        **good["spec"],
+        "parallelism": {"tensor": 1, "data": 4, "expert": True},
+        "engine": {"image": "mirror.example/vllm-openai:v0.30.0"},
+    }
+    eventually(lambda: kubectl.apply(bad, "-n", namespace, check=False).returncode == 0, timeout=30)
+
+    def new_pod_failed() -> dict[str, Any]:
+        pods = [p for p in _pods(kubectl, namespace, "roll") if p["metadata"]["name"] not in old]
+        assert pods and _conds(pods[0]).get("glmops.dev/canary", {}).get("status") == "False", pods
+        return pods[0]
+
+    eventually(new_pod_failed, timeout=120, what="the new pod to fail its canaries")
+    still = [p for p in _pods(kubectl, namespace, "roll") if p["metadata"]["name"] in old]
+    assert still and _conds(still[0])["Ready"]["status"] == "True", "the old pod keeps serving"
+    assert kubectl.get("glmd", "roll", namespace)["status"]["readyReplicas"] == 1
+
+
+def test_operator_metrics_expose_canary_outcomes(kubectl: Kubectl, namespace: str) -> None:
+    import httpx
+
+    kubectl.run("apply", "-n", namespace, "-f", str(SAMPLES / "baseline-gb200-glm53-nvfp4.yaml"))
+    eventually(
+        lambda: kubectl.get("glmd", "glm53-nvfp4-gb200-tp4", namespace)["status"].get("readyReplicas") == 1, timeout=120
+    )
+    text = httpx.get(f"http://127.0.0.1:{TEST_METRICS_PORT}/metrics").text
+    assert (
+        f'glmops_canary_runs_total{{glmdeployment="glm53-nvfp4-gb200-tp4",namespace="{namespace}",result="pass"}}'
+        in text
+    )
