@@ -64,7 +64,7 @@ async def _canary(
             questions=questions,
             shots=shots,
             only=suites,
-            speculative="vllm:spec_decode_num_draft_tokens" in metrics,
+            speculative="vllm:spec_decode_num_draft_tokens_total" in metrics,
         )
         tty = sys.stderr.isatty()
 

@@ -18,7 +18,7 @@ VERSION = "0.33.0"
 class Metrics:
     """vLLM's metric names and types (labels model_name, engine), on a registry of our own."""
 
-    def __init__(self, model_name: str) -> None:
+    def __init__(self, model_name: str, speculative: bool) -> None:
         self.registry = CollectorRegistry()
         labels = ["model_name", "engine"]
         self.labels = {"model_name": model_name, "engine": "0"}
@@ -28,18 +28,16 @@ class Metrics:
         self.success = Counter(
             "vllm:request_success", "Finished requests.", [*labels, "finished_reason"], registry=self.registry
         )
-        self.drafts = Counter("vllm:spec_decode_num_drafts", "Drafts.", labels, registry=self.registry)
-        self.draft_tokens = Counter(
-            "vllm:spec_decode_num_draft_tokens", "Draft tokens.", labels, registry=self.registry
-        )
-        self.accepted = Counter(
-            "vllm:spec_decode_num_accepted_tokens", "Accepted tokens.", labels, registry=self.registry
-        )
+        # vLLM registers the spec-decode counters only with --speculative-config.
+        spec = self.registry if speculative else CollectorRegistry()
+        self.drafts = Counter("vllm:spec_decode_num_drafts", "Drafts.", labels, registry=spec)
+        self.draft_tokens = Counter("vllm:spec_decode_num_draft_tokens", "Draft tokens.", labels, registry=spec)
+        self.accepted = Counter("vllm:spec_decode_num_accepted_tokens", "Accepted tokens.", labels, registry=spec)
         self.accepted_pos = Counter(
             "vllm:spec_decode_num_accepted_tokens_per_pos",
             "Accepted per position.",
             [*labels, "position"],
-            registry=self.registry,
+            registry=spec,
         )
 
 
@@ -49,7 +47,7 @@ class Simulator:
         self.served_name = served_name
         self.spec_tokens = spec_tokens
         self.latency_s = latency_s
-        self.metrics = Metrics(served_name)
+        self.metrics = Metrics(served_name, speculative=spec_tokens > 0)
 
     def _account(self, prompt: str, output: str) -> dict[str, int]:
         m, labels = self.metrics, self.metrics.labels

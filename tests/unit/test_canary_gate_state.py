@@ -1,0 +1,135 @@
+"""The gate's decisions: fail fast before first Ready, hysteresis after, backoff between retries."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from glm_operator.canary.checks import acceptance, spec_counters
+from glm_operator.canary.client import reasoning_of
+from glm_operator.canary.results import CheckResult, SuiteResult
+from glm_operator.cli.main import main
+from glm_operator.render.canary_state import GateState, pod_is_serving_ready
+
+PASS = SuiteResult([CheckResult("smoke", True, 1.0, 1.0, "4/4")])
+FAIL = SuiteResult([CheckResult("gsm8k", False, 0.0, 0.82, "0/3 correct")])
+
+
+def test_a_pod_that_never_passed_fails_at_once_and_backs_off() -> None:
+    state = GateState()
+    assert state.observe(FAIL, failures_to_unready=2) == (
+        "False",
+        "CanaryFailed",
+        "gsm8k 0 (threshold 0.82): 0/3 correct",
+    )
+    assert state.next_delay(FAIL, 600) == 15
+    state.observe(FAIL, 2)
+    assert state.next_delay(FAIL, 600) == 30
+    for _ in range(10):
+        state.observe(FAIL, 2)
+    assert state.next_delay(FAIL, 600) == 600
+
+
+def test_a_ready_pod_survives_one_bad_recheck_and_goes_after_the_second() -> None:
+    state = GateState()
+    assert state.observe(PASS, 2)[0] == "True"  # type: ignore[index]
+    assert state.next_delay(PASS, 600) == 600
+    assert state.observe(FAIL, 2) is None, "one failure does not flap a Ready pod"
+    decision = state.observe(FAIL, 2)
+    assert decision is not None and decision[0] == "False"
+
+
+def test_recheck_zero_means_never() -> None:
+    assert GateState().next_delay(PASS, 0) > 24 * 3600
+
+
+@pytest.mark.parametrize(
+    "status, ready",
+    [
+        ({"phase": "Running", "conditions": [{"type": "ContainersReady", "status": "True"}]}, True),
+        ({"phase": "Running", "conditions": [{"type": "ContainersReady", "status": "False"}]}, False),
+        ({"phase": "Pending"}, False),
+    ],
+)
+def test_canaries_start_once_the_server_container_is_ready(status: dict, ready: bool) -> None:
+    assert pod_is_serving_ready(status) is ready
+
+
+def test_reasoning_is_read_from_either_field_name() -> None:
+    assert reasoning_of({"reasoning": "a"}) == "a"
+    assert reasoning_of({"reasoning_content": "b"}) == "b"
+    assert reasoning_of({"content": "c"}) == ""
+
+
+METRICS = """# TYPE vllm:spec_decode_num_draft_tokens counter
+vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {d}
+vllm:spec_decode_num_draft_tokens_created{{engine="0",model_name="m"}} 1.7e9
+# TYPE vllm:spec_decode_num_accepted_tokens counter
+vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {a}
+vllm:spec_decode_num_accepted_tokens_created{{engine="0",model_name="m"}} 1.7e9
+"""
+
+
+def test_acceptance_reads_the_exact_total_counters_not_created() -> None:
+    before = spec_counters(METRICS.format(d=100, a=40))
+    after = spec_counters(METRICS.format(d=478, a=40))
+    result = acceptance(before, after, 0.2)
+    assert not result.passed and result.value == 0.0 and "0/378" in result.detail
+    healthy = acceptance(before, spec_counters(METRICS.format(d=495, a=217)), 0.2)
+    assert healthy.passed and healthy.value == pytest.approx(177 / 395)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def sim_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "glm_operator.cli.main", "sim", "--port", str(port), "--fault", request.param],
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("sim_url, code", [("none", 0), ("stale-topk", 1)], indirect=["sim_url"])
+def test_glmctl_canary_exits_0_on_pass_and_1_on_fail_with_json(
+    sim_url: str, code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["canary", "--url", sim_url, "-o", "json"]) == code
+    out = json.loads(capsys.readouterr().out)
+    assert out["passed"] is (code == 0)
+    assert {"name", "passed", "value", "threshold", "detail"} <= set(out["checks"][0])
+
+
+def test_glmctl_canary_exits_2_when_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["canary", "--url", f"http://127.0.0.1:{_free_port()}"]) == 2
+    assert "unreachable" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("sim_url", ["none"], indirect=True)
+def test_glmctl_canary_prints_a_table_and_runs_only_the_suites_asked(
+    sim_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["canary", "--url", sim_url, "--suite", "smoke", "--suite", "copy"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[:4] == ["CHECK", "RESULT", "VALUE", "THRESHOLD"]
+    assert "smoke" in out and "copy" in out and "gsm8k" not in out and out.rstrip().endswith("PASSED")
