@@ -9,6 +9,17 @@ source "$root/cluster/lib.sh"
 ns=glmops-demo
 state="$(state_dir)"
 oppid="$state/pids/operator.pid"
+simpid="$state/pids/sim-fleet.pid"
+gsm8k="$root/../shared/data/gsm8k/test.jsonl"
+
+stop_sims() {
+  if [[ -f "$simpid" ]] && tr '\0' ' ' < "/proc/$(cat "$simpid")/cmdline" 2>/dev/null | grep -q "sim-fleet"; then
+    kill -TERM "$(cat "$simpid")" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$(cat "$simpid")" 2>/dev/null || break; sleep 0.2; done
+    log "stopped the simulators (pid $(cat "$simpid"))"
+  fi
+  rm -f "$simpid"
+}
 
 stop_operator() {
   if [[ -f "$oppid" ]] && tr '\0' ' ' < "/proc/$(cat "$oppid")/cmdline" 2>/dev/null | grep -q "glm_operator.handlers"; then
@@ -20,6 +31,7 @@ stop_operator() {
 }
 
 if [[ "${1:-}" == "down" ]]; then
+  stop_sims
   stop_operator
   "$root/cluster/down.sh"
   exit 0
@@ -32,7 +44,10 @@ kc() { "$(bin_dir)/kubectl" "$@"; }
 kc apply --server-side --force-conflicts -f "$root/crds" >/dev/null
 kc wait --for=condition=Established crd/glmdeployments.glmops.dev --timeout=60s >/dev/null
 
+stop_sims
 stop_operator
+gsm8k_args=()
+if [[ -f "$gsm8k" ]]; then export GLMOPS_GSM8K_PATH="$gsm8k"; gsm8k_args=(--gsm8k "$gsm8k"); fi
 log "starting the operator (log: $state/logs/operator.log)"
 GLMOPS_WEBHOOK_ADDR=127.0.0.1 GLMOPS_WEBHOOK_HOST=127.0.0.1 GLMOPS_WEBHOOK_PORT=19443 \
 GLMOPS_WEBHOOK_CERT="$state/certs/webhook.crt" GLMOPS_WEBHOOK_KEY="$state/certs/webhook.key" \
@@ -42,6 +57,11 @@ GLMOPS_WEBHOOK_CA="$state/certs/ca.crt" \
 echo $! > "$oppid"
 wait_for "operator liveness" 60 curl -fsS http://127.0.0.1:18080/healthz
 wait_for "operator admission webhooks" 60 kc get validatingwebhookconfiguration glmops.dev
+# kwok pods run no process: a vLLM simulator answers on each serving pod's (loopback) IP, launched
+# with that pod's command line, env, GPU and image, so the canaries meet what was really deployed.
+log "starting the vLLM simulators (log: $state/logs/sim-fleet.log)"
+setsid "$root/.venv/bin/glmctl" sim-fleet "${gsm8k_args[@]}" >"$state/logs/sim-fleet.log" 2>&1 < /dev/null &
+echo $! > "$simpid"
 
 kc create namespace "$ns" --dry-run=client -o yaml | kc apply -f - >/dev/null
 echo
@@ -55,6 +75,23 @@ for f in "$root"/samples/*.yaml; do
     refused+=("$name"); printf '  %-34s REFUSED   %s\n' "$name" "$(head -n 3 <<<"$out" | tr '\n' ' ')"
   fi
 done
+
+# One more, admitted but broken in a way no rule knows (the simulator is told to drop every MTP
+# draft): its canaries must keep it out of service.
+cat <<YAML | kc apply -n "$ns" -f - >/dev/null
+apiVersion: glmops.dev/v1alpha1
+kind: GLMDeployment
+metadata:
+  name: glm53-fp8-b300-unknown-failure
+  annotations: {sim.glmops.dev/fault: mtp-zero}
+spec:
+  model: {name: zai-org/GLM-5.3}
+  accelerator: {type: B300}
+  parallelism: {tensor: 8}
+  engine: {vllmVersion: "0.33.0", speculative: {method: mtp, numSpeculativeTokens: 3}}
+YAML
+accepted+=("glm53-fp8-b300-unknown-failure")
+printf '  %-34s accepted  (admitted; the simulator drops every MTP draft)\n' "unknown-failure"
 
 observed() {
   local want="${#accepted[@]}" got
@@ -73,21 +110,31 @@ settled() {
   (( got >= want ))
 }
 wait_for "operator to deploy ${#accepted[@]} GLMDeployments" 90 settled
-sleep 3  # let kwok start the scheduled pods
+canaried() {
+  local judged
+  judged=$(kc get glmd -n "$ns" -o jsonpath='{range .items[*]}{.status.canary.pods}{"\n"}{end}' | grep -c passed || true)
+  (( judged >= ${#accepted[@]} - 1 ))  # the last RTX sample waits for free GPUs
+}
+wait_for "canaries to judge the running pods" 180 canaried
 
 echo
 echo "== GLMDeployments"
 kc get glmd -n "$ns" -o wide
 echo
-echo "== What the operator runs (pods wait on their glmops.dev/canary readiness gate)"
+echo "== What the operator runs (a pod is Ready only once its canaries pass: glmops.dev/canary)"
 kc get deploy,sts -n "$ns" -o custom-columns='KIND:.kind,NAME:.metadata.name,REPLICAS:.spec.replicas,IMAGE:.spec.template.spec.containers[0].image'
 kc get pods -n "$ns" -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,PHASE:.status.phase,GATE:.status.conditions[?(@.type=="glmops.dev/canary")].status,READY:.status.conditions[?(@.type=="Ready")].status'
+echo
+echo "== Canary verdicts"
+kc get glmd -n "$ns" -o jsonpath='{range .items[*]}{.metadata.name}{range .status.canary.pods.*}{"\t"}{.passed}{"\t"}{.message}{end}{"\n"}{end}' \
+  | awk -F'\t' 'NF>1 {printf "  %-34s %s  %s\n", $1, ($2=="true"?"pass":"FAIL"), substr($3,1,110)}'
 echo
 repairs=$(kc get glmd -n "$ns" -o jsonpath='{range .items[*]}{.status.remediations[*].rule}{"\n"}{end}' | grep -c . || true)
 running=$(kc get pods -n "$ns" --field-selector=status.phase=Running --no-headers 2>/dev/null | wc -l)
 pending=$(kc get pods -n "$ns" --field-selector=status.phase=Pending --no-headers 2>/dev/null | wc -l)
 echo "Summary: ${#accepted[@]} samples accepted (${repairs} repaired by admission), ${#refused[@]} refused with the rule and fix;"
+ready=$(kc get glmd -n "$ns" -o jsonpath='{range .items[*]}{.status.readyReplicas}{"\n"}{end}' | awk '$1>0' | wc -l)
 echo "         ${running} vLLM pods running on fake GPU nodes, ${pending} pending (no free GPUs of their type);"
-echo "         none is Ready: each waits on its glmops.dev/canary readiness gate."
+echo "         ${ready} GLMDeployments serve after passing their canaries; the unknown failure stays out."
 echo "Operator log: $state/logs/operator.log   KUBECONFIG=$KUBECONFIG"
 echo "Stop everything with: make down"
