@@ -49,6 +49,11 @@ def test_a_healthy_deployment_becomes_ready_after_its_canaries(kubectl: Kubectl,
     glmd = eventually(ready, timeout=120, what="the deployment to pass its canaries")
     (report,) = glmd["status"]["canary"]["pods"].values()
     assert report["passed"] is True and report["failed"] == []
+    eventually(
+        lambda: kubectl.get("glmd", name, namespace)["status"]["canary"]["summary"] == "1/1 pods passed",
+        timeout=30,
+        what="the summary",
+    )
     pod = _pods(kubectl, namespace, name)[0]
     assert _conds(pod)["glmops.dev/canary"]["reason"] == "CanaryPassed"
     events = kubectl.run("get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}").stdout
@@ -120,6 +125,8 @@ def test_an_unknown_failure_is_caught_and_named_with_its_figure(kubectl: Kubectl
 
     report = eventually(failed, timeout=120, what="the spec-decode canary to fail")
     assert "spec-decode 0 (threshold 0.2)" in report["message"]
+    summary = kubectl.get("glmd", "mtp", namespace)["status"]["canary"]["summary"]
+    assert summary.startswith("0/1 pods passed; failing mtp-") and "spec-decode 0" in summary
 
 
 def test_a_rolling_update_to_a_broken_config_never_takes_traffic(

@@ -133,3 +133,51 @@ def test_glmctl_canary_prints_a_table_and_runs_only_the_suites_asked(
     out = capsys.readouterr().out
     assert out.splitlines()[0].split()[:4] == ["CHECK", "RESULT", "VALUE", "THRESHOLD"]
     assert "smoke" in out and "copy" in out and "gsm8k" not in out and out.rstrip().endswith("PASSED")
+
+
+def test_summary_counts_passing_pods_and_names_the_first_failure() -> None:
+    from glm_operator.render.canary_state import summarize
+
+    reports = {
+        "a": {"passed": True, "message": "ok"},
+        "b": {"passed": False, "message": "gsm8k 0 (threshold 0.82)"},
+        "gone": None,
+    }
+    assert summarize(reports) == "1/2 pods passed; failing b: gsm8k 0 (threshold 0.82)"
+
+
+def test_gsm8k_comes_from_a_url_or_a_configmap(monkeypatch: pytest.MonkeyPatch) -> None:
+    import http.server
+    import threading
+    from types import SimpleNamespace
+
+    from glm_operator.k8s import canary_data
+
+    line = '{"question": "Q1?", "answer": "so\\n#### 7"}\n'
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(line.encode())
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        body = {
+            "metadata": {"namespace": "ns"},
+            "spec": {"canary": {"gsm8k": {"source": {"url": f"http://127.0.0.1:{server.server_address[1]}/t"}}}},
+        }
+        questions, _ = canary_data.gsm8k_for(body)
+        assert [q.label for q in questions] == ["7"]
+    finally:
+        server.shutdown()
+    fake = SimpleNamespace(read_namespaced_config_map=lambda name, ns: SimpleNamespace(data={"test.jsonl": line}))
+    monkeypatch.setattr(canary_data, "core_v1", lambda: fake)
+    body = {"metadata": {"namespace": "ns"}, "spec": {"canary": {"gsm8k": {"source": {"configMap": "gsm8k"}}}}}
+    assert canary_data.gsm8k_for(body)[0][0].question == "Q1?"
+    monkeypatch.delenv("GLMOPS_GSM8K_PATH", raising=False)
+    assert len(canary_data.gsm8k_for({"metadata": {}, "spec": {}})[0]) == 200, "generated when no source"

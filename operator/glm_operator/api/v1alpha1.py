@@ -446,6 +446,7 @@ class CanaryStatus(_Model):
     """Canary results of the serving pods."""
 
     pods: dict[str, PodCanaryStatus] = Field(default_factory=dict, description="By pod name.")
+    summary: str = Field(default="", description="How many pods passed, and the first failure with its figure.")
 
 
 class GLMDeploymentStatus(_Model):

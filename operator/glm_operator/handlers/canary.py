@@ -15,7 +15,7 @@ from glm_operator.handlers.admission import CATALOGS
 from glm_operator.k8s import objects, pods
 from glm_operator.k8s.canary_data import gsm8k_for
 from glm_operator.k8s.metrics import record_suite
-from glm_operator.render.canary_state import GateState, pod_is_serving_ready, suite_inputs_for
+from glm_operator.render.canary_state import GateState, pod_is_serving_ready, suite_inputs_for, summarize
 
 SERVING = {"glmops.dev/serving": "true", "app.kubernetes.io/managed-by": "glmops"}
 PORT = 8000
@@ -68,9 +68,10 @@ async def canary_gate(
             if written:
                 event = kopf.info if decision[0] == "True" else kopf.warn
                 event(kopf.Body(cast(kopf.RawBody, body)), reason=decision[1], message=f"pod {name}: {decision[2]}")
-        await asyncio.to_thread(
-            objects.patch_glmdeployment_status, namespace, parent, {"canary": {"pods": {name: state.report(result)}}}
-        )
+        report = state.report(result)
+        reports = {**((body.get("status") or {}).get("canary") or {}).get("pods", {}), name: report}
+        summary = {"canary": {"pods": {name: report}, "summary": summarize(reports)}}
+        await asyncio.to_thread(objects.patch_glmdeployment_status, namespace, parent, summary)
         await stopped.wait(state.next_delay(result, inputs.config.recheck_seconds))
     await asyncio.to_thread(_forget, namespace, parent, name)
 

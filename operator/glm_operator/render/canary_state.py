@@ -72,3 +72,16 @@ def suite_inputs_for(body: dict[str, Any], catalogs: Catalogs, questions: list[I
         speculative=glmd.spec.engine.speculative is not None,
         gsm8k_threshold=threshold,
     )
+
+
+def summarize(reports: dict[str, Any]) -> str:
+    """One line over every pod's last canary run, for status.canary.summary."""
+    live = {k: v for k, v in reports.items() if v}
+    passed = sum(1 for r in live.values() if r.get("passed"))
+    failing = [f"{pod}: {r.get('message', '')}" for pod, r in sorted(live.items()) if not r.get("passed")]
+    head = f"{passed}/{len(live)} pods passed"
+    return (
+        f"{head}; failing {failing[0]}" + (f" (+{len(failing) - 1} more)" if len(failing) > 1 else "")
+        if failing
+        else head
+    )
