@@ -12,23 +12,19 @@ oppid="$state/pids/operator.pid"
 simpid="$state/pids/sim-fleet.pid"
 gsm8k="$root/../shared/data/gsm8k/test.jsonl"
 
-stop_sims() {
-  if [[ -f "$simpid" ]] && tr '\0' ' ' < "/proc/$(cat "$simpid")/cmdline" 2>/dev/null | grep -q "sim-fleet"; then
-    kill -TERM "$(cat "$simpid")" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$(cat "$simpid")" 2>/dev/null || break; sleep 0.2; done
-    log "stopped the simulators (pid $(cat "$simpid"))"
+# stop_recorded PIDFILE CMDLINE-PATTERN WHAT: stop a process this script started, by its recorded pid,
+# only if that pid still runs our command (never a reused pid).
+stop_recorded() {
+  local pidfile="$1" pattern="$2" what="$3"
+  if [[ -f "$pidfile" ]] && tr '\0' ' ' < "/proc/$(cat "$pidfile")/cmdline" 2>/dev/null | grep -q "$pattern"; then
+    kill -TERM "$(cat "$pidfile")" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$(cat "$pidfile")" 2>/dev/null || break; sleep 0.2; done
+    log "stopped $what (pid $(cat "$pidfile"))"
   fi
-  rm -f "$simpid"
+  rm -f "$pidfile"
 }
-
-stop_operator() {
-  if [[ -f "$oppid" ]] && tr '\0' ' ' < "/proc/$(cat "$oppid")/cmdline" 2>/dev/null | grep -q "glm_operator.handlers"; then
-    kill -TERM "$(cat "$oppid")" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$(cat "$oppid")" 2>/dev/null || break; sleep 0.2; done
-    log "stopped the operator (pid $(cat "$oppid"))"
-  fi
-  rm -f "$oppid"
-}
+stop_sims() { stop_recorded "$simpid" "sim-fleet" "the simulators"; }
+stop_operator() { stop_recorded "$oppid" "glm_operator.handlers" "the operator"; }
 
 if [[ "${1:-}" == "down" ]]; then
   stop_sims

@@ -8,7 +8,7 @@ from typing import TextIO
 import yaml
 
 from glm_operator.api import GLMDeployment
-from glm_operator.cli.validate import EXIT_BAD_INPUT, EXIT_REFUSED, InputError, load_catalogs, load_documents
+from glm_operator.cli.validate import EXIT_BAD_INPUT, EXIT_REFUSED, read_inputs
 from glm_operator.render.plan import build_plan
 from glm_operator.render.workloads import render_objects
 from glm_operator.rules.engine import admit
@@ -21,13 +21,11 @@ def render(
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
 ) -> int:
-    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
-    try:
-        catalogs = load_catalogs(catalog_files or [])
-        docs = load_documents(paths, stdin)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
+    stdout = stdout or sys.stdout
+    inputs = read_inputs(paths, catalog_files, stdin)
+    if inputs is None:
         return EXIT_BAD_INPUT
+    catalogs, docs = inputs
     rendered = []
     for where, doc in docs:
         doc.setdefault("metadata", {}).setdefault("namespace", "default")

@@ -56,6 +56,17 @@ def load_catalogs(extensions: list[str]) -> Catalogs:
     return catalogs
 
 
+def read_inputs(
+    paths: list[str], catalog_files: list[str] | None, stdin: TextIO | None
+) -> tuple[Catalogs, list[tuple[str, dict[str, Any]]]] | None:
+    """Catalogs and manifests for a command, or None after saying on stderr why they cannot be read."""
+    try:
+        return load_catalogs(catalog_files or []), load_documents(paths, stdin or sys.stdin)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None
+
+
 def validate(
     paths: list[str],
     output: str,
@@ -63,13 +74,11 @@ def validate(
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
 ) -> int:
-    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
-    try:
-        catalogs = load_catalogs(catalog_files or [])
-        docs = load_documents(paths, stdin)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
+    stdout = stdout or sys.stdout
+    inputs = read_inputs(paths, catalog_files, stdin)
+    if inputs is None:
         return EXIT_BAD_INPUT
+    catalogs, docs = inputs
     results = []
     for where, doc in docs:
         admission = admit(doc, catalogs)
