@@ -178,3 +178,41 @@ def test_operator_metrics_expose_canary_outcomes(kubectl: Kubectl, namespace: st
         f'glmops_canary_runs_total{{glmdeployment="glm53-nvfp4-gb200-tp4",namespace="{namespace}",result="pass"}}'
         in text
     )
+
+
+def test_a_ready_pod_that_degrades_is_taken_out_after_consecutive_failed_rechecks(
+    kubectl: Kubectl, namespace: str
+) -> None:
+    import os
+    import signal
+    import subprocess
+
+    obj = B("degrades").model("zai-org/GLM-5.3").accelerator("GB300").tensor(4).build()
+    obj["spec"]["canary"] = {"recheckSeconds": 3, "failuresToUnready": 2}
+    kubectl.apply(obj, "-n", namespace)
+    eventually(
+        lambda: kubectl.get("glmd", "degrades", namespace)["status"].get("readyReplicas") == 1,
+        timeout=120,
+        what="the deployment to serve",
+    )
+    pod = _pods(kubectl, namespace, "degrades")[0]
+    # The model goes bad while serving: its simulator restarts with the garbled signature.
+    kubectl.run("annotate", "glmd", "degrades", "-n", namespace, "sim.glmops.dev/fault=garbled")
+    found = subprocess.run(
+        ["pgrep", "-f", f"sim --host {pod['status']['podIP']} --port 8000"], capture_output=True, text=True
+    ).stdout.split()
+    assert found, "the pod's simulator runs"
+    for pid in found:
+        os.kill(int(pid), signal.SIGTERM)
+
+    def out_of_service() -> dict[str, Any]:
+        current = next(
+            p for p in _pods(kubectl, namespace, "degrades") if p["metadata"]["name"] == pod["metadata"]["name"]
+        )
+        assert _conds(current)["Ready"]["status"] == "False"
+        return current
+
+    current = eventually(out_of_service, timeout=120, what="the degraded pod to be taken out")
+    assert _conds(current)["glmops.dev/canary"]["reason"] == "CanaryFailed"
+    assert "null-content" in _conds(current)["glmops.dev/canary"]["message"]
+    assert kubectl.get("glmd", "degrades", namespace)["status"]["readyReplicas"] == 0
