@@ -7,9 +7,9 @@ list), and it is skipped when the pod already carries the same status, reason an
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any, Literal
 
+from glm_operator.api.conditions import now_rfc3339
 from glm_operator.k8s.client import core_v1
 from glm_operator.render.workloads import CANARY_CONDITION
 
@@ -30,7 +30,7 @@ def gate_patch(
         "reason": reason,
         "message": message,
         "lastProbeTime": None,
-        "lastTransitionTime": since or datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+        "lastTransitionTime": since or now_rfc3339(),
     }
     return {"status": {"conditions": [condition]}}
 

@@ -8,10 +8,10 @@ unlucky answer does not flap it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from glm_operator.api import GLMDeployment
+from glm_operator.api.conditions import now_rfc3339
 from glm_operator.canary.gsm8k_data import Item
 from glm_operator.canary.results import SuiteResult
 from glm_operator.canary.suite import DEFAULT_GSM8K_THRESHOLD, SuiteInputs
@@ -57,7 +57,7 @@ class GateState:
             "passed": result.passed,
             "failed": [c.name for c in result.failed()],
             "message": "; ".join(c.summary() for c in (result.failed() or result.checks)),
-            "checkedAt": datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+            "checkedAt": now_rfc3339(),
         }
 
 
