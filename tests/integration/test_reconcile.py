@@ -53,6 +53,10 @@ def baseline(kubectl: Kubectl, namespace: str) -> str:
     kubectl.run("apply", "-n", namespace, "-f", str(SAMPLES / "baseline-h200-glm53-fp8.yaml"))
     name = "glm53-fp8-h200-tp8"
     eventually(lambda: "Deployment" in _owned(kubectl, namespace, name), timeout=60, what="the Deployment")
+    # The objects are applied before the status that records them is written: wait for both.
+    eventually(
+        lambda: "plan" in (kubectl.get("glmd", name, namespace).get("status") or {}), timeout=30, what="status.plan"
+    )
     return name
 
 
