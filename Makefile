@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PY := .venv/bin/python
-VENV_STAMP := .venv/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+VENV_STAMP := .venv/.installed-$(shell cat pyproject.toml images/vllm-patches/pyproject.toml | sha1sum | cut -c1-12)
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: help
@@ -16,10 +16,11 @@ help:
 system-deps:
 	@hack/system-deps.sh
 
-$(VENV_STAMP): pyproject.toml
+$(VENV_STAMP): pyproject.toml images/vllm-patches/pyproject.toml
 	@test -x $(PY) || python3 -m venv .venv
 	@$(PY) -m pip install -q --upgrade pip
-	@$(PY) -m pip install -q -e '.[test,dev]'
+	@# The plugin has no dependencies; the operator's tooling reads its registry (docs/patches.md).
+	@$(PY) -m pip install -q -e '.[test,dev]' -e images/vllm-patches
 	@rm -f .venv/.installed-* && touch $@
 
 .PHONY: venv
@@ -38,12 +39,23 @@ check: venv
 	@.venv/bin/glmctl generate --check
 	@.venv/bin/lint-imports --no-cache
 	@.venv/bin/mypy
-	@.venv/bin/ruff check operator tests
-	@.venv/bin/ruff format --check --quiet operator tests
+	@.venv/bin/ruff check operator tests images/vllm-patches
+	@.venv/bin/ruff format --check --quiet operator tests images/vllm-patches
 
 .PHONY: test
 test: venv tools check
 	@.venv/bin/pytest -p no:cacheprovider $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory plugin-test
+
+# The vLLM patch plugin is proven in its own environment (torch on the CPU, vLLM's Python dependencies, the
+# real vLLM sources of every supported version), built outside git by hack/plugin-env.sh.
+.PHONY: plugin-env
+plugin-env: system-deps
+	@hack/plugin-env.sh >/dev/null
+
+.PHONY: plugin-test
+plugin-test: plugin-env
+	@"$$(hack/plugin-env.sh)" -m pytest -p no:cacheprovider tests/plugin $(PLUGIN_PYTEST_ARGS)
 
 .PHONY: demo
 demo: venv tools

@@ -6,7 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from glm_operator.api.crd import render_crd_yaml
+from glm_operator.catalog.images import load_images
 from glm_operator.render.chart_schema import render_values_schema, values_table
+from glm_operator.render.dockerfile import BAKE_FILE, dockerfile_path, render_bake, render_dockerfile
 from glm_operator.rules.docs import render_rules_md
 
 CHART = Path("charts/glmops")
@@ -25,6 +27,13 @@ helm install glmops charts/glmops --namespace glmops-system --create-namespace
 """
 
 
+def _patches_md(_root: Path) -> str:
+    # The plugin's registry is the one source; it is installed beside the operator in the dev venv only.
+    from glmops_vllm_patches.docs import render_registry_md
+
+    return render_registry_md()
+
+
 def _values(root: Path) -> str:
     return (root / CHART / "values.yaml").read_text()
 
@@ -35,6 +44,10 @@ GENERATED: dict[Path, Callable[[Path], str]] = {
     CHART / "values.schema.json": lambda root: render_values_schema(_values(root)),
     CHART / "README.md": lambda root: _CHART_README_HEAD + values_table(_values(root)),
     Path("docs/rules.md"): lambda _root: render_rules_md(),
+    Path("docs/patches.md"): _patches_md,
+    Path(dockerfile_path("cuda")): lambda _root: render_dockerfile("cuda"),
+    Path(dockerfile_path("rocm")): lambda _root: render_dockerfile("rocm"),
+    Path(BAKE_FILE): lambda _root: render_bake(load_images()),
 }
 
 

@@ -1,0 +1,253 @@
+"""Patch `moe-mxfp4-expert-map` (vllm-58729): MXFP4 MoE on Blackwell must honour the expert map under EP.
+
+vLLM 0.27.1-0.31.x: `CutlassExpertsMxfp4.apply` gets `expert_map` and ignores it, so global expert ids index the
+rank's local weights and the MoE answers with the wrong experts, silently. Here the wrapper maps the ids to local
+slots first (routes to experts on other ranks: a valid dummy slot and weight 0, see `ops_moe`).
+
+Every supported version: the compressed-tensors and INC W4A4 MXFP4 methods pick the CUTLASS experts by device
+capability alone. The wrapped `__init__` then (a) refuses, at model construction and with the flag and the fix,
+the all-to-all backends whose token layout the CUTLASS kernel cannot take (DeepEP high-throughput, FlashInfer NVLink;
+vLLM 0.32.0 added this check to the kernel, 0.32/0.33 fail only after loading every weight, with no fix named),
+and (b) with `GLMOPS_MOE_MXFP4_BACKEND=marlin` runs this MoE on the Marlin MXFP4 experts instead (the reporter's
+verified workaround; `--moe-backend marlin` does not reach these methods).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from glmops_vllm_patches.base import Context, Patch, PatchInfo, Target
+from glmops_vllm_patches.version import Version, VersionRange
+
+log = logging.getLogger("vllm.glmops_patches")
+
+INFO = PatchInfo(
+    name="moe-mxfp4-expert-map",
+    issue="vllm-58729",
+    issue_url="https://github.com/vllm-project/vllm/issues/58729",
+    prs=(
+        "fixed upstream in v0.32.0: run_cutlass_moe_mxfp4 takes expert_map and remaps ids to local slots",
+        "https://github.com/vllm-project/vllm/pull/51158 (related: MXFP4 grouped GEMM on SM12x, re-check per version)",
+    ),
+    why=(
+        "A compressed-tensors (or INC) W4A4 MXFP4 MoE checkpoint such as GLM-5.3-MXFP4 on SM100-family GPUs with "
+        "expert parallelism: on vLLM 0.27.1-0.31.x CutlassExpertsMxfp4 ignores expert_map, so global expert ids "
+        "index local weights and every MoE layer answers with the wrong experts (GSM8K near 0 %, no NaN, /health "
+        "green). The methods pick CUTLASS by device capability alone and ignore --moe-backend marlin. On 0.32.0+ "
+        "the kernel remaps ids but rejects the DeepEP high-throughput and FlashInfer NVLink all-to-all backends; "
+        "the methods still pick it, so the server fails after loading every weight with no fix named."
+    ),
+    how=(
+        "< 0.32.0: wrap CutlassExpertsMxfp4.apply to map topk ids through expert_map (routes to other ranks get "
+        "slot 0 and weight 0; rows with no local route are zeroed when the router weight is applied on the input) "
+        "and let _supports_parallel_config accept EP except DeepEP HT/FlashInfer NVLink, as 0.32.0 does; skipped "
+        "where run_cutlass_moe_mxfp4 already takes expert_map. All versions: wrap the W4A4 MXFP4 methods' "
+        "__init__ (compressed-tensors, INC): a CUTLASS choice with DeepEP HT or FlashInfer NVLink all-to-all is "
+        "refused at model construction naming --all2all-backend and the fix; GLMOPS_MOE_MXFP4_BACKEND=marlin "
+        "(default cutlass) moves a CUTLASS choice to MarlinExperts."
+    ),
+    affected=VersionRange("0.27.1"),  # every supported version: the method guard; < 0.32.0 also the remap
+    platforms=("cuda",),
+    remove_when=(
+        "the oldest supported vLLM is >= 0.32.0 and the W4A4 MXFP4 methods check the experts' parallel config "
+        "before loading weights (or pick experts through the MoE oracle) and honour --moe-backend marlin"
+    ),
+)
+
+# Where vLLM keeps what the patch needs (the same modules in 0.27.1-0.33.0).
+_CUTLASS = "vllm.model_executor.layers.fused_moe.experts.cutlass_moe"
+_MARLIN = "vllm.model_executor.layers.fused_moe.experts.marlin_moe"
+_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.mxfp4"
+_MOE_CONFIG = "vllm.model_executor.layers.fused_moe.config"
+_CT = (
+    "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe."
+    "compressed_tensors_moe_w4a4_mxfp4"
+)
+_INC = "vllm.model_executor.layers.quantization.inc.schemes.inc_mxfp4_moe"
+
+CUTLASS_EXPERTS = Target(_CUTLASS, "CutlassExpertsMxfp4")
+CUTLASS_APPLY = Target(
+    _CUTLASS,
+    "CutlassExpertsMxfp4.apply",
+    ("output", "hidden_states", "topk_weights", "topk_ids", "expert_map", "apply_router_weight_on_input"),
+)
+CUTLASS_PARALLEL = Target(_CUTLASS, "CutlassExpertsMxfp4._supports_parallel_config", ("moe_parallel_config",))
+# Before 0.32.0 apply hands the ids to this function unchanged; from 0.32.0 it takes expert_map and remaps.
+RUN_CUTLASS = Target(_CUTLASS, "run_cutlass_moe_mxfp4", ("topk_weights", "topk_ids", "apply_router_weight_on_input"))
+RUN_CUTLASS_REMAPS = Target(_CUTLASS, "run_cutlass_moe_mxfp4", ("topk_ids", "expert_map"))
+MARLIN_EXPERTS = Target(_MARLIN, "MarlinExperts")
+MARLIN_BACKEND = Target(_ORACLE, "Mxfp4MoeBackend.MARLIN")
+DEEPEP_HT = Target(_MOE_CONFIG, "FusedMoEParallelConfig.use_deepep_ht_kernels")
+FI_NVL_TWO_SIDED = Target(_MOE_CONFIG, "FusedMoEParallelConfig.use_fi_nvl_two_sided_kernels")
+FI_NVL_ONE_SIDED = Target(_MOE_CONFIG, "FusedMoEParallelConfig.use_fi_nvl_one_sided_kernels")
+CT_METHOD = Target(_CT, "CompressedTensorsW4A4Mxfp4MoEMethod")
+CT_INIT = Target(_CT, "CompressedTensorsW4A4Mxfp4MoEMethod.__init__", ("moe",))
+INC_METHOD = Target(_INC, "INCMxfp4MoEMethod")
+INC_INIT = Target(_INC, "INCMxfp4MoEMethod.__init__", ("moe",))
+METHOD_INITS = ((CT_METHOD, CT_INIT), (INC_METHOD, INC_INIT))
+
+UPSTREAM_REMAP = Version.parse("0.32.0")
+BACKEND_ENV = "GLMOPS_MOE_MXFP4_BACKEND"
+BACKENDS = ("cutlass", "marlin")
+MARK = "__glmops_patch__"
+
+# What the wrapped methods read when a model is built; set by apply().
+_settings: dict[str, Any] = {"backend": "cutlass", "version": None}
+_logged: set[str] = set()
+
+
+class UnsupportedMoEDeployment(ValueError):
+    """This MXFP4 MoE with this all-to-all backend would be computed wrongly or not at all: do not start."""
+
+
+def targets(ctx: Context) -> tuple[Target, ...]:
+    common = (CUTLASS_EXPERTS, MARLIN_EXPERTS, MARLIN_BACKEND, DEEPEP_HT, FI_NVL_TWO_SIDED, FI_NVL_ONE_SIDED)
+    methods = tuple(t for pair in METHOD_INITS for t in pair)
+    if ctx.version < UPSTREAM_REMAP:
+        return (*common, CUTLASS_APPLY, CUTLASS_PARALLEL, RUN_CUTLASS, *methods)
+    # The kernel remaps itself: require that it still does, since the patch then leaves apply alone.
+    return (*common, Target(_CUTLASS, "CutlassExpertsMxfp4.apply", ("expert_map",)), RUN_CUTLASS_REMAPS, *methods)
+
+
+def backend_choice(env: Mapping[str, str]) -> str:
+    """GLMOPS_MOE_MXFP4_BACKEND: `cutlass` (default: vLLM's choice, fixed) or `marlin`; anything else refuses."""
+    value = env.get(BACKEND_ENV, "").strip().lower() or "cutlass"
+    if value == "auto":
+        value = "cutlass"
+    if value not in BACKENDS:
+        raise ValueError(
+            f"{BACKEND_ENV}: {value!r}: not a MXFP4 MoE experts choice (glmops patch {INFO.name}, {INFO.issue_url}). "
+            f"Use one of {', '.join(BACKENDS)}, or leave it unset."
+        )
+    return value
+
+
+def apply(ctx: Context, found: Mapping[Target, Any]) -> str:
+    backend = backend_choice(ctx.env)
+    _settings.update(backend=backend, version=ctx.version)
+    cutlass_cls = found[CUTLASS_EXPERTS]
+    done = []
+    if ctx.version >= UPSTREAM_REMAP:
+        done.append("vLLM remaps expert ids in run_cutlass_moe_mxfp4 itself, CutlassExpertsMxfp4.apply left alone")
+    elif "expert_map" in inspect.signature(found[RUN_CUTLASS]).parameters:
+        done.append("this build's run_cutlass_moe_mxfp4 already takes expert_map, CutlassExpertsMxfp4.apply left alone")
+    else:
+        _install(cutlass_cls, "apply", _wrap_experts_apply(found[CUTLASS_APPLY]))
+        _install(cutlass_cls, "_supports_parallel_config", staticmethod(_marked(supports_parallel_config)))
+        done.append(
+            "CutlassExpertsMxfp4.apply maps expert ids through expert_map (other ranks' routes: slot 0, weight 0), "
+            "_supports_parallel_config accepts EP except DeepEP HT/FlashInfer NVLink"
+        )
+    for method, init in METHOD_INITS:
+        cls = found[method]
+        _install(
+            cls, "__init__", _wrap_method_init(found[init], cutlass_cls, found[MARLIN_EXPERTS], found[MARLIN_BACKEND])
+        )
+    done.append(
+        f"W4A4 MXFP4 methods (compressed-tensors, INC) refuse CUTLASS with DeepEP HT/FlashInfer NVLink all-to-all; "
+        f"MXFP4 MoE experts: {backend} ({BACKEND_ENV})"
+    )
+    return "; ".join(done)
+
+
+def supports_parallel_config(moe_parallel_config: Any) -> bool:
+    """What the CUTLASS MXFP4 experts handle once they honour expert_map: EP except the rejected all-to-all layouts."""
+    return rejected_all2all(moe_parallel_config) is None
+
+
+def rejected_all2all(moe_parallel_config: Any) -> str | None:
+    """The configured all-to-all backend when the CUTLASS MXFP4 kernel cannot take its token layout, else None."""
+    pc = moe_parallel_config
+    if pc.use_deepep_ht_kernels or pc.use_fi_nvl_two_sided_kernels or pc.use_fi_nvl_one_sided_kernels:
+        return str(getattr(pc, "all2all_backend", "?"))
+    return None
+
+
+def _wrap_experts_apply(original: Callable[..., Any]) -> Callable[..., Any]:
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def apply(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        expert_map = bound.arguments.get("expert_map")
+        if expert_map is None:
+            return original(*args, **kwargs)
+        from glmops_vllm_patches.ops_moe import remap_routes_to_local, zero_rows_without_local_route
+
+        routes = remap_routes_to_local(bound.arguments["topk_ids"], bound.arguments["topk_weights"], expert_map)
+        bound.arguments["topk_ids"] = routes.ids
+        bound.arguments["topk_weights"] = routes.weights
+        result = original(*bound.args, **bound.kwargs)
+        if bound.arguments.get("apply_router_weight_on_input"):
+            zero_rows_without_local_route(bound.arguments["output"], routes.is_local)
+        return result
+
+    return _marked(apply)
+
+
+def _wrap_method_init(
+    original: Callable[..., Any], cutlass_cls: type, marlin_cls: type, marlin_backend: Any
+) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def __init__(self: Any, moe: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, moe, *args, **kwargs)
+        if getattr(self, "experts_cls", None) is cutlass_cls:
+            _check_cutlass_choice(self, moe, marlin_cls, marlin_backend)
+
+    return _marked(__init__)
+
+
+def _check_cutlass_choice(method: Any, moe: Any, marlin_cls: type, marlin_backend: Any) -> None:
+    """The method picked the CUTLASS experts: move it to Marlin when asked, refuse a layout CUTLASS cannot take."""
+    pc = moe.moe_parallel_config
+    rejected = rejected_all2all(pc)
+    where = f"{type(method).__name__}"
+    if _settings["backend"] == "marlin":
+        if pc.use_fi_nvl_two_sided_kernels:
+            raise UnsupportedMoEDeployment(
+                f"--all2all-backend: {rejected}: neither the CUTLASS nor the Marlin MXFP4 MoE experts take this "
+                f"all-to-all layout with expert parallelism ({where}; glmops patch {INFO.name}, {INFO.issue_url}). "
+                "Use --all2all-backend allgather_reducescatter."
+            )
+        method.use_cutlass_mxfp4 = False
+        method.mxfp4_backend = marlin_backend
+        method.experts_cls = marlin_cls
+        if where not in _logged:
+            _logged.add(where)
+            log.info("glmops patch %s: %s runs its MoE on MarlinExperts (%s=marlin)", INFO.name, where, BACKEND_ENV)
+        return
+    if rejected is not None:
+        version = _settings["version"]
+        outcome = (
+            "vLLM would route tokens to the wrong experts and serve wrong answers"
+            if version is not None and version < UPSTREAM_REMAP
+            else "vLLM would refuse it only after loading every weight"
+        )
+        raise UnsupportedMoEDeployment(
+            f"--all2all-backend: {rejected}: the CUTLASS MXFP4 MoE experts that {where} picks on this GPU cannot "
+            f"take this all-to-all layout with expert parallelism; {outcome} (glmops patch {INFO.name}, "
+            f"{INFO.issue_url}). Use --all2all-backend allgather_reducescatter, or set {BACKEND_ENV}=marlin to run "
+            "this MoE on the Marlin MXFP4 experts."
+        )
+
+
+def _marked(func: Callable[..., Any]) -> Callable[..., Any]:
+    setattr(func, MARK, INFO.name)
+    return func
+
+
+def _install(cls: type, name: str, new: Any) -> None:
+    """Replace `cls.name` unless this patch already did (a second apply in the process must not wrap twice)."""
+    current = inspect.getattr_static(cls, name)
+    if isinstance(current, (staticmethod, classmethod)):
+        current = current.__func__
+    if getattr(current, MARK, None) == INFO.name:
+        return
+    setattr(cls, name, new)
+
+
+PATCH = Patch(info=INFO, targets=targets, apply=apply)

@@ -1,0 +1,77 @@
+"""Fixtures for the patch plugin's proof: real vLLM sources per version, and a runner that imports them.
+
+These tests run in the plugin proof environment (torch on the CPU plus vLLM's pure-Python dependencies; see
+`make plugin-env`), not in the operator's venv. The vLLM sources come from the PyPI wheels, unpacked by
+hack/vllm-sources.sh into $GLMOPS_VLLM_SOURCES (default ~/.cache/glmops/vllm-src/<version>).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PLUGIN_SRC = REPO / "images" / "vllm-patches" / "src"
+sys.path.insert(0, str(PLUGIN_SRC))
+
+from glmops_vllm_patches.version import PROVEN_VERSIONS  # noqa: E402
+
+SOURCES = Path(os.environ.get("GLMOPS_VLLM_SOURCES", Path.home() / ".cache" / "glmops" / "vllm-src"))
+
+
+def vllm_source(version: str) -> Path:
+    """The folder holding `vllm/` of that version; skips the test (with the fix) when it is not there."""
+    root = SOURCES / version
+    if not (root / ".complete").is_file():
+        pytest.skip(f"vLLM {version} sources not in {SOURCES}: run hack/vllm-sources.sh (or make plugin-env)")
+    return root
+
+
+@pytest.fixture(params=PROVEN_VERSIONS)
+def vllm_version(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+RunInVllm = Callable[..., dict[str, Any]]
+
+
+@pytest.fixture
+def run_in_vllm() -> RunInVllm:
+    """Run `code` in a fresh interpreter that imports the real vLLM `version`; `code` sets `result` (JSON)."""
+
+    def run(
+        version: str,
+        code: str,
+        env: dict[str, str] | None = None,
+        timeout: float = 300,
+        extra_path: list[Path] | None = None,
+        plugin_src: bool = True,
+    ) -> dict[str, Any]:
+        root = vllm_source(version)
+        path = [root, *(extra_path or []), *([PLUGIN_SRC] if plugin_src else [])]
+        script = "import json, sys\nresult = {}\n" + code + "\nprint('@@RESULT@@' + json.dumps(result))\n"
+        full_env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(str(p) for p in path),
+            "VLLM_LOGGING_LEVEL": "INFO",
+            **(env or {}),
+        }
+        proc = subprocess.run(
+            [sys.executable, "-c", script], env=full_env, capture_output=True, text=True, timeout=timeout
+        )
+        marker = [line for line in proc.stdout.splitlines() if line.startswith("@@RESULT@@")]
+        if proc.returncode != 0 or not marker:
+            return {"error": True, "returncode": proc.returncode, "stderr": proc.stderr[-6000:], "stdout": proc.stdout}
+        out: dict[str, Any] = json.loads(marker[-1][len("@@RESULT@@") :])
+        out["stderr"] = proc.stderr
+        out["stdout"] = proc.stdout
+        return out
+
+    return run
