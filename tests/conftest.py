@@ -47,7 +47,8 @@ def kubectl(cluster: Cluster) -> Kubectl:
 @pytest.fixture(scope="session")
 def crd_installed(kubectl: Kubectl) -> None:
     kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    kubectl.run("wait", "--for=condition=Established", "crd/glmdeployments.glmops.dev", "--timeout=60s")
+    for crd in ("glmdeployments.glmops.dev", "glmimages.glmops.dev"):
+        kubectl.run("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
     # The OpenAPI document (kubectl explain, field validation) is published shortly after Established.
     eventually(
         lambda: kubectl.run("explain", "glmdeployment.spec", check=False).returncode == 0,
@@ -59,8 +60,9 @@ def crd_installed(kubectl: Kubectl) -> None:
 class OperatorProcess:
     """The operator, run as users run it outside a cluster: `kopf run` on our handlers."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, extra_env: dict[str, str] | None = None, name: str = "operator") -> None:
         certs = cluster.state_dir / "certs"
+        self.name = name
         self.kubectl = cluster.kubectl
         self.env = dict(
             os.environ,
@@ -78,13 +80,14 @@ class OperatorProcess:
         )
         if SHARED_GSM8K.is_file():
             self.env["GLMOPS_GSM8K_PATH"] = str(SHARED_GSM8K)
+        self.env.update(extra_env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
     def start(self) -> None:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         self.starts += 1
-        log = open(ARTIFACTS / f"operator-{self.starts}.log", "wb")  # noqa: SIM115 (owned by the process)
+        log = open(ARTIFACTS / f"{self.name}-{self.starts}.log", "wb")  # noqa: SIM115 (owned by the process)
         self.proc = subprocess.Popen(
             [
                 str(REPO / ".venv" / "bin" / "kopf"),

@@ -1,4 +1,4 @@
-"""Builds the GLMDeployment CustomResourceDefinition from the pydantic models.
+"""Builds the GLMDeployment and GLMImage CustomResourceDefinitions from the pydantic models.
 
 Kubernetes wants a *structural* OpenAPI v3 schema: every node typed, no `$ref`, no `anyOf` with null,
 no `additionalProperties` beside `properties`. Pydantic emits JSON Schema, so this module inlines
@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from glm_operator.api import glmimage
 from glm_operator.api import v1alpha1 as api
 
 # Keywords the API server's structural schema accepts and we use.
@@ -87,22 +88,24 @@ def _schema_of(model: type[BaseModel]) -> dict[str, Any]:
     return resolved
 
 
-def openapi_schema() -> dict[str, Any]:
-    """The openAPIV3Schema of GLMDeployment v1alpha1."""
-    status = _schema_of(api.GLMDeploymentStatus)
-    spec = _schema_of(api.GLMDeploymentSpec)
+def _root_schema(model: type[BaseModel], kind: str, spec: type[BaseModel], status: type[BaseModel]) -> dict[str, Any]:
     return {
         "type": "object",
-        "description": (api.GLMDeployment.__doc__ or "").strip(),
+        "description": (model.__doc__ or "").strip(),
         "required": ["spec"],
         "properties": {
-            "apiVersion": {"type": "string", "description": "glmops.dev/v1alpha1"},
-            "kind": {"type": "string", "description": "GLMDeployment"},
+            "apiVersion": {"type": "string", "description": api.API_VERSION},
+            "kind": {"type": "string", "description": kind},
             "metadata": {"type": "object"},
-            "spec": spec,
-            "status": status,
+            "spec": _schema_of(spec),
+            "status": _schema_of(status),
         },
     }
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The openAPIV3Schema of GLMDeployment v1alpha1."""
+    return _root_schema(api.GLMDeployment, api.KIND, api.GLMDeploymentSpec, api.GLMDeploymentStatus)
 
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
@@ -120,50 +123,100 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
 ]
 
 
-def build_crd() -> dict[str, Any]:
-    """The whole CustomResourceDefinition object."""
+IMAGE_PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Platform", "type": "string", "jsonPath": ".spec.platform"},
+    {"name": "vLLM", "type": "string", "jsonPath": ".spec.vllmVersion"},
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Image", "type": "string", "jsonPath": ".spec.image", "priority": 1},
+    {"name": "Digest", "type": "string", "jsonPath": ".status.digest", "priority": 1},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def _crd(
+    kind: str,
+    plural: str,
+    singular: str,
+    short_names: tuple[str, ...],
+    scope: str,
+    schema: dict[str, Any],
+    subresources: dict[str, Any],
+    columns: list[dict[str, Any]],
+) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{api.PLURAL}.{api.GROUP}",
+            "name": f"{plural}.{api.GROUP}",
             "labels": {"app.kubernetes.io/part-of": "glmops"},
         },
         "spec": {
             "group": api.GROUP,
             "names": {
-                "kind": api.KIND,
-                "listKind": f"{api.KIND}List",
-                "plural": api.PLURAL,
-                "singular": api.SINGULAR,
-                "shortNames": list(api.SHORT_NAMES),
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": singular,
+                "shortNames": list(short_names),
                 "categories": ["glmops"],
             },
-            "scope": "Namespaced",
+            "scope": scope,
             "versions": [
                 {
                     "name": api.VERSION,
                     "served": True,
                     "storage": True,
-                    "schema": {"openAPIV3Schema": openapi_schema()},
-                    "subresources": {
-                        "status": {},
-                        "scale": {
-                            "specReplicasPath": ".spec.replicas",
-                            "statusReplicasPath": ".status.replicas",
-                        },
-                    },
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {"openAPIV3Schema": schema},
+                    "subresources": subresources,
+                    "additionalPrinterColumns": columns,
                 }
             ],
         },
     }
 
 
+def build_crd() -> dict[str, Any]:
+    """The GLMDeployment CustomResourceDefinition."""
+    scale = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}
+    return _crd(
+        api.KIND,
+        api.PLURAL,
+        api.SINGULAR,
+        api.SHORT_NAMES,
+        "Namespaced",
+        openapi_schema(),
+        {"status": {}, "scale": scale},
+        PRINTER_COLUMNS,
+    )
+
+
+def build_image_crd() -> dict[str, Any]:
+    """The GLMImage CustomResourceDefinition: cluster-scoped, one object per patched image."""
+    schema = _root_schema(glmimage.GLMImage, glmimage.IMAGE_KIND, glmimage.GLMImageSpec, glmimage.GLMImageStatus)
+    return _crd(
+        glmimage.IMAGE_KIND,
+        glmimage.IMAGE_PLURAL,
+        glmimage.IMAGE_SINGULAR,
+        glmimage.IMAGE_SHORT_NAMES,
+        "Cluster",
+        schema,
+        {"status": {}},
+        IMAGE_PRINTER_COLUMNS,
+    )
+
+
 HEADER = "# Generated by `glmctl crd` from operator/glm_operator/api. Do not edit by hand.\n"
 
 
+def _yaml(crd: dict[str, Any]) -> str:
+    return HEADER + yaml.safe_dump(crd, sort_keys=False, width=100, allow_unicode=True)
+
+
 def render_crd_yaml() -> str:
-    """The CRD as the YAML text committed under crds/ and the chart."""
-    body = yaml.safe_dump(build_crd(), sort_keys=False, width=100, allow_unicode=True)
-    return HEADER + body
+    """The GLMDeployment CRD as the YAML text committed under crds/ and the chart."""
+    return _yaml(build_crd())
+
+
+def render_image_crd_yaml() -> str:
+    """The GLMImage CRD as the YAML text committed under crds/ and the chart."""
+    return _yaml(build_image_crd())

@@ -425,6 +425,11 @@ class PlanSummary(_Model):
     """What the operator decided to run."""
 
     image: str = Field(description="The vLLM image the pods run.")
+    image_digest: str | None = Field(
+        default=None,
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="Digest of that image once glmops built or found it in its registry; pods run image@digest.",
+    )
     vllm_version: str = Field(description="The vLLM version of that image (unknown if it could not be told).")
     patches: list[str] = Field(default_factory=list, description="glmops patches the image carries.")
     pipeline_partition: str = Field(default="", description="VLLM_PP_LAYER_PARTITION, if set.")

@@ -62,6 +62,17 @@ class ImageCatalog(BaseModel):
     def stock_ref(self, platform: str, version: str) -> str:
         return self.stock[platform].format(version=version)
 
+    def with_patched_registry(self, registry: str) -> ImageCatalog:
+        """This catalog with glmops' patched images in `registry` (where the operator builds them).
+
+        The packaged references stay known (as extra images), so a deployment that names one
+        explicitly is still judged by its real patches.
+        """
+        registry = registry.rstrip("/")
+        moved = {p: f"{registry}/{ref.rsplit('/', 1)[-1]}" for p, ref in self.patched_images.items()}
+        packaged = {ref: info for ref, info in self.known_images().items() if info.patched}
+        return self.model_copy(update={"patched_images": moved, "extra": {**packaged, **self.extra}})
+
     def known_images(self) -> dict[str, ImageInfo]:
         out: dict[str, ImageInfo] = {}
         for version in self.versions:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from glm_operator.api.crd import render_crd_yaml
+from glm_operator.api.crd import render_crd_yaml, render_image_crd_yaml
 from glm_operator.catalog.images import load_images
 from glm_operator.render.chart_schema import render_values_schema, values_table
 from glm_operator.render.dockerfile import BAKE_FILE, dockerfile_path, render_bake, render_dockerfile
@@ -41,6 +41,8 @@ def _values(root: Path) -> str:
 GENERATED: dict[Path, Callable[[Path], str]] = {
     Path("crds/glmops.dev_glmdeployments.yaml"): lambda _root: render_crd_yaml(),
     CHART / "crds/glmops.dev_glmdeployments.yaml": lambda _root: render_crd_yaml(),
+    Path("crds/glmops.dev_glmimages.yaml"): lambda _root: render_image_crd_yaml(),
+    CHART / "crds/glmops.dev_glmimages.yaml": lambda _root: render_image_crd_yaml(),
     CHART / "values.schema.json": lambda root: render_values_schema(_values(root)),
     CHART / "README.md": lambda root: _CHART_README_HEAD + values_table(_values(root)),
     Path("docs/rules.md"): lambda _root: render_rules_md(),

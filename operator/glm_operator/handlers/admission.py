@@ -9,12 +9,16 @@ from typing import Any, Literal
 import kopf
 
 from glm_operator.api import GROUP, PLURAL, VERSION
+from glm_operator.handlers.settings import IMAGE_BUILD
 from glm_operator.k8s.catalog import CatalogSource
 from glm_operator.rules.engine import REMEDIATIONS_ANNOTATION, Admission, admit
 
 log = logging.getLogger(__name__)
 CATALOGS = CatalogSource(
-    os.environ.get("GLMOPS_CATALOG_CONFIGMAP"), ttl_seconds=float(os.environ.get("GLMOPS_CATALOG_TTL_SECONDS", "30"))
+    os.environ.get("GLMOPS_CATALOG_CONFIGMAP"),
+    ttl_seconds=float(os.environ.get("GLMOPS_CATALOG_TTL_SECONDS", "30")),
+    # With image builds on, glmops' patched images are the ones it builds into its registry.
+    patched_registry=IMAGE_BUILD.registry if IMAGE_BUILD.enabled else None,
 )
 OPERATIONS: list[Literal["CREATE", "UPDATE"]] = ["CREATE", "UPDATE"]
 

@@ -10,9 +10,11 @@ import kubernetes
 from glm_operator.api import GROUP, PLURAL, VERSION, GLMDeployment
 from glm_operator.api.conditions import set_condition
 from glm_operator.handlers.admission import CATALOGS
-from glm_operator.handlers.settings import OWNED_RESOURCES
+from glm_operator.handlers.settings import IMAGE_BUILD, OWNED_RESOURCES
 from glm_operator.k8s import objects
-from glm_operator.render.plan import build_plan
+from glm_operator.k8s.imagebuild import gate_plan
+from glm_operator.render.imagestate import ImageGate
+from glm_operator.render.plan import Plan, build_plan
 from glm_operator.render.status import readiness
 from glm_operator.render.workloads import render_objects
 from glm_operator.rules.engine import validated_condition
@@ -41,7 +43,11 @@ def reconcile_body(body: dict[str, Any], logger: Any) -> dict[str, Any]:
         )
         return out | {"conditions": conditions}
     glmd = GLMDeployment.model_validate(body)
-    plan = build_plan(glmd, CATALOGS.get())
+    plan, gate = gate_plan(build_plan(glmd, CATALOGS.get()), CATALOGS.get(), IMAGE_BUILD)
+    if gate is not None:
+        conditions = set_condition(conditions, "ImageBuilding", gate.status, gate.reason, gate.message, generation)
+        if gate.image_ref is None:
+            return out | _waiting_for_image(plan, gate, conditions, generation)
     owner = {"apiVersion": glmd.api_version, "kind": glmd.kind, "name": meta["name"], "uid": meta["uid"]}
     rendered = render_objects(plan, glmd, owner, objects.lws_available())
     try:
@@ -86,6 +92,18 @@ def reconcile_body(body: dict[str, Any], logger: Any) -> dict[str, Any]:
     }
 
 
+def _waiting_for_image(
+    plan: Plan, gate: ImageGate, conditions: list[dict[str, Any]], generation: int | None
+) -> dict[str, Any]:
+    """Status while the patched image is not built: nothing is rendered until its digest is known."""
+    reason = "ImageBuildFailed" if gate.failed else "WaitingForImage"
+    conditions = set_condition(conditions, "Progressing", "False", reason, gate.message, generation)
+    conditions = set_condition(
+        conditions, "Ready", "False", reason, f"no workload until {plan.image} is built and pinned", generation
+    )
+    return {"plan": plan.summary(), "replicas": plan.replicas, "conditions": conditions}
+
+
 def _ready_fields(
     workloads: list[dict[str, Any]], wanted: int, conditions: list[dict[str, Any]], generation: int | None
 ) -> dict[str, Any]:
@@ -119,25 +137,29 @@ def _parent(meta: kopf.Meta) -> tuple[str, str] | None:
     return (namespace, name) if name and namespace else None
 
 
+def refresh(namespace: str, name: str, logger: Any) -> dict[str, Any] | None:
+    """Reconcile one GLMDeployment outside its own events; write its status if it changed; return its body."""
+    body = objects.get_glmdeployment(namespace, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return None  # the owner is going away; garbage collection removes the rest
+    before = body.get("status") or {}
+    status = reconcile_body(body, logger)
+    changed = {k: v for k, v in status.items() if before.get(k) != v}
+    if changed:
+        objects.patch_glmdeployment_status(namespace, name, {**status})
+    return body
+
+
 def _owned_event(type: str, meta: kopf.Meta, logger: kopf.Logger, **_: Any) -> None:
     """An owned object changed or vanished: restore what drifted and refresh readiness."""
     parent = _parent(meta)
-    if parent is None:
-        return
-    body = objects.get_glmdeployment(*parent)
-    if body is None or body["metadata"].get("deletionTimestamp"):
-        return  # the owner is going away; garbage collection removes the rest
-    before = body.get("status") or {}
-    status = reconcile_body(body, logger)
-    if type == "DELETED":
+    body = refresh(*parent, logger) if parent else None
+    if body is not None and type == "DELETED":
         kopf.info(
             kopf.Body(cast(kopf.RawBody, body)),
             reason="Restored",
             message=f"re-created {meta.get('name')} after it was deleted",
         )
-    changed = {k: v for k, v in status.items() if before.get(k) != v}
-    if changed:
-        objects.patch_glmdeployment_status(parent[0], parent[1], {**status})
 
 
 for _resource in OWNED_RESOURCES:

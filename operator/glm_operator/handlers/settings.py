@@ -10,8 +10,11 @@ import kopf
 
 from glm_operator.k8s.metrics import serve_metrics
 from glm_operator.k8s.webhooks import webhook_server_from_env
+from glm_operator.render.imagebuild import BuildSettings
 
 PREFIX = "glmops.dev"
+# In-cluster builds of the patched vLLM images (GLMOPS_IMAGE_BUILD_*; off unless enabled).
+IMAGE_BUILD = BuildSettings.from_env(os.environ)
 OWNED_RESOURCES = (
     ("apps", "v1", "deployments"),
     ("apps", "v1", "statefulsets"),

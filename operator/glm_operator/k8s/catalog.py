@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from glm_operator.catalog.bundle import CatalogError, Catalogs
 
@@ -38,8 +39,11 @@ class CatalogSource:
         ref: str | None,
         reader: Callable[[str, str], str | None] = _read_configmap,
         ttl_seconds: float = TTL_SECONDS,
+        patched_registry: str | None = None,
     ) -> None:
         self._ref = ref
+        # With in-cluster image builds, glmops' patched images live in the cluster's registry.
+        self._patched_registry = patched_registry
         self._ttl = ttl_seconds
         self._reader = reader
         self._lock = threading.Lock()
@@ -57,6 +61,8 @@ class CatalogSource:
 
     def _load(self) -> Catalogs:
         packaged = Catalogs.packaged()
+        if self._patched_registry:
+            packaged = replace(packaged, images=packaged.images.with_patched_registry(self._patched_registry))
         if not self._ref:
             return packaged
         namespace, _, name = self._ref.partition("/")

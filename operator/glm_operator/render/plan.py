@@ -48,6 +48,13 @@ class Plan:
     env: list[dict[str, str]]
     partition: str | None
     notes: list[str] = field(default_factory=list)
+    # The digest of `image` once the operator built (or found) it: pods then run image@digest.
+    image_digest: str | None = None
+
+    @property
+    def pinned_image(self) -> str:
+        """What the pods run: the image pinned by digest when one is known."""
+        return f"{self.image}@{self.image_digest}" if self.image_digest else self.image
 
     @property
     def multi_node(self) -> bool:
@@ -56,12 +63,12 @@ class Plan:
     @property
     def command_hash(self) -> str:
         """Changes whenever what a pod runs changes: image, arguments, environment."""
-        body = json.dumps([self.image, self.leader_args, self.worker_args, self.env], sort_keys=True)
+        body = json.dumps([self.pinned_image, self.leader_args, self.worker_args, self.env], sort_keys=True)
         return hashlib.sha256(body.encode()).hexdigest()[:16]
 
     def summary(self) -> dict[str, object]:
         """The plan as recorded in status.plan."""
-        return {
+        summary: dict[str, object] = {
             "image": self.image,
             "vllmVersion": self.vllm_version or "unknown",
             "patches": list(self.patches),
@@ -70,6 +77,9 @@ class Plan:
             "gpusPerPod": self.gpus_per_pod,
             "commandHash": self.command_hash,
         }
+        if self.image_digest:
+            summary["imageDigest"] = self.image_digest
+        return summary
 
 
 def _engine_flags(glmd: GLMDeployment) -> list[str]:

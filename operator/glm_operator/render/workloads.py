@@ -98,7 +98,7 @@ def _container(
     gpus = {plan.resource_name: str(plan.gpus_per_pod)}
     container: dict[str, Any] = {
         "name": "vllm",
-        "image": plan.image,
+        "image": plan.pinned_image,
         "env": _env(plan, glmd, extra_env),
         "resources": {"limits": dict(gpus), "requests": dict(gpus)},
         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "model-cache", "mountPath": HF_CACHE}],

@@ -1,0 +1,162 @@
+"""GLMImages on the API server: one per patched image a deployment needs, its build Job, its outcome.
+
+The decisions are pure (render/imagebuild.py, render/imagestate.py); this module reads and writes
+the objects. A GLMImage is created once and never fought over: a second deployment asking for the
+same image finds it and waits on it.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import kubernetes
+from kubernetes.dynamic.exceptions import ConflictError
+
+from glm_operator.api import GROUP, VERSION
+from glm_operator.api.conditions import set_condition
+from glm_operator.api.glmimage import IMAGE_PLURAL, GLMImage, ImagePhase
+from glm_operator.catalog.bundle import Catalogs
+from glm_operator.k8s.client import api_client, core_v1
+from glm_operator.k8s.objects import dynamic
+from glm_operator.k8s.registry import Credentials, RegistryError, credentials_for, remote_digest, split_ref
+from glm_operator.render.dockerfile import build_args, render_dockerfile
+from glm_operator.render.imagebuild import (
+    BuildSettings,
+    build_job,
+    context_configmap,
+    glmimage_manifest,
+    job_name,
+    needs_build,
+)
+from glm_operator.render.imagestate import BuildOutcome, ImageGate, build_outcome, image_gate, image_status
+from glm_operator.render.plan import Plan
+
+log = logging.getLogger(__name__)
+
+
+def _custom() -> Any:
+    return kubernetes.client.CustomObjectsApi(api_client())
+
+
+def get_glmimage(name: str) -> dict[str, Any] | None:
+    try:
+        return cast(dict[str, Any], _custom().get_cluster_custom_object(GROUP, VERSION, IMAGE_PLURAL, name))
+    except kubernetes.client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def ensure_glmimage(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The GLMImage of that name, created from `manifest` if absent (losing a creation race is fine)."""
+    name = manifest["metadata"]["name"]
+    current = get_glmimage(name)
+    if current is not None:
+        return current
+    try:
+        return cast(dict[str, Any], _custom().create_cluster_custom_object(GROUP, VERSION, IMAGE_PLURAL, manifest))
+    except kubernetes.client.ApiException as err:
+        if err.status != 409:
+            raise
+    return get_glmimage(name) or manifest
+
+
+def gate_plan(plan: Plan, catalogs: Catalogs, settings: BuildSettings) -> tuple[Plan, ImageGate | None]:
+    """The plan pinned to its built image's digest, and the ImageBuilding gate (None: nothing to build)."""
+    if plan.vllm_version is None or not needs_build(
+        settings, catalogs.images, plan.image, plan.platform, plan.vllm_version
+    ):
+        return plan, None
+    manifest = glmimage_manifest(plan.platform, plan.vllm_version, plan.image, plan.patches, settings.builder)
+    gate = image_gate(ensure_glmimage(manifest), plan.image)
+    if gate.image_ref is None:
+        return plan, gate
+    return replace(plan, image_digest=gate.image_ref.rsplit("@", 1)[1]), gate
+
+
+def _push_credentials(settings: BuildSettings, ref: str) -> Credentials | None:
+    if not settings.push_secret:
+        return None
+    try:
+        secret = core_v1().read_namespaced_secret(settings.push_secret, settings.namespace)
+    except kubernetes.client.ApiException as err:
+        log.warning("cannot read push secret %s/%s: %s", settings.namespace, settings.push_secret, err.reason)
+        return None
+    raw = (secret.data or {}).get(".dockerconfigjson")
+    return credentials_for(base64.b64decode(raw).decode(), split_ref(ref)[0]) if raw else None
+
+
+def _existing_digest(ref: str, settings: BuildSettings) -> str | None:
+    """The digest of `ref` if the registry has it already; None (so we build) when it cannot be told."""
+    try:
+        return remote_digest(ref, _push_credentials(settings, ref), settings.insecure)
+    except (RegistryError, httpx.HTTPError, ValueError) as err:
+        log.warning("could not ask the registry for %s (building it): %s", ref, err)
+        return None
+
+
+def _create(obj: dict[str, Any]) -> None:
+    res = dynamic().resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    with contextlib.suppress(ConflictError):  # created by an earlier attempt of this handler: the same object
+        res.create(body=obj, namespace=obj["metadata"]["namespace"])
+
+
+def start_build(body: dict[str, Any], settings: BuildSettings, catalogs: Catalogs) -> dict[str, Any]:
+    """Pin the registry's digest, or create the build context and Job; return the status to write."""
+    image = GLMImage.model_validate(body)
+    if image.status.phase is not None:
+        return {}  # already under way or finished (e.g. the operator restarted)
+    generation = image.metadata.get("generation")
+    spec = image.spec
+    digest = _existing_digest(spec.image, settings)
+    if digest is not None:
+        found = BuildOutcome(True, "FoundInRegistry", f"{spec.image} is already in the registry", digest=digest)
+        return image_status({}, found, spec.image, generation)
+    try:
+        dockerfile = render_dockerfile(spec.platform, catalogs.images)
+        args = build_args(catalogs.images, spec.platform, spec.vllm_version)
+        wheel = Path(settings.plugin_wheel).read_bytes()
+        configmap = context_configmap(image, settings, dockerfile, wheel)
+        job = build_job(image, settings, args)
+    except (OSError, ValueError) as err:
+        return image_status({}, BuildOutcome(False, "ContextInvalid", str(err)), spec.image, generation)
+    _create(configmap)
+    _create(job)
+    job_ref = f"{settings.namespace}/{job['metadata']['name']}"
+    return {
+        "phase": ImagePhase.BUILDING.value,
+        "job": job_ref,
+        "attempts": (image.status.attempts or 0) + 1,
+        "observedGeneration": generation,
+        "conditions": set_condition([], "Built", "False", "Building", f"Job {job_ref} builds {spec.image}", generation),
+    }
+
+
+def follow_build(body: dict[str, Any], settings: BuildSettings) -> dict[str, Any]:
+    """The status to write once the build Job finished; {} while it runs."""
+    image = GLMImage.model_validate(body)
+    name = job_name(image)
+    status = cast(dict[str, Any], body.get("status") or {})
+    generation = image.metadata.get("generation")
+    batch = kubernetes.client.BatchV1Api(api_client())
+    try:
+        job = batch.read_namespaced_job(name, settings.namespace)
+    except kubernetes.client.ApiException as err:
+        if err.status != 404:
+            raise
+        gone = BuildOutcome(False, "JobMissing", f"build Job {settings.namespace}/{name} disappeared before finishing")
+        return image_status(status, gone, image.spec.image, generation)
+    pods = core_v1().list_namespaced_pod(settings.namespace, label_selector=f"batch.kubernetes.io/job-name={name}")
+    client = api_client()
+    outcome = build_outcome(client.sanitize_for_serialization(job), client.sanitize_for_serialization(pods)["items"])
+    return {} if outcome is None else image_status(status, outcome, image.spec.image, generation)
+
+
+def patch_glmimage_status(name: str, status: dict[str, Any]) -> None:
+    _custom().patch_cluster_custom_object_status(GROUP, VERSION, IMAGE_PLURAL, name, {"status": status})

@@ -1,0 +1,332 @@
+"""In-cluster builds of glmops' patched vLLM images: settings, the GLMImage, its build context and Job.
+
+Pure: settings and a GLMImage in, Kubernetes objects out. The Dockerfile and build arguments come
+from render/dockerfile.py; the plugin wheel's bytes are read by the caller. One GLMImage (named
+after platform and tag) serves every GLMDeployment asking for the same image.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from glm_operator.api.glmimage import IMAGE_KIND, Builder, GLMImage
+from glm_operator.api.v1alpha1 import API_VERSION, GLMDeploymentSpec
+from glm_operator.catalog.bundle import Catalogs
+from glm_operator.catalog.images import ImageCatalog
+from glm_operator.render.dockerfile import PLUGIN_DIR_IN_OPERATOR, PLUGIN_WHEEL
+from glm_operator.rules.context import resolve
+
+# Pinned builder images. The *debug* kaniko image, because it has a shell (busybox) for the step
+# that copies the context out of the ConfigMap volume (whose files are symlinks).
+DEFAULT_KANIKO_IMAGE = "gcr.io/kaniko-project/executor:v1.23.2-debug"
+DEFAULT_BUILDKIT_IMAGE = "moby/buildkit:v0.23.2-rootless"
+# A ConfigMap holds at most 1 MiB of data and binaryData together; keep room for metadata.
+CONFIGMAP_LIMIT_BYTES = 1_000_000
+IMAGE_LABEL = "glmops.dev/image"
+BUILD_CONTAINER = "build"
+WORKSPACE = "/workspace"
+DOCKER_CONFIG_DIR = "/etc/glmops/docker"
+_TRUE = {"1", "true", "yes", "on"}
+
+
+class ImageBuildError(ValueError):
+    """Settings or a build context that cannot work; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """Operator-wide image build settings (GLMOPS_IMAGE_BUILD_* env, chart values imageBuild.*)."""
+
+    enabled: bool = False
+    registry: str = ""
+    builder: Builder = Builder.KANIKO
+    kaniko_image: str = DEFAULT_KANIKO_IMAGE
+    buildkit_image: str = DEFAULT_BUILDKIT_IMAGE
+    push_secret: str = ""
+    namespace: str = "glmops-system"
+    insecure: bool = False
+    plugin_wheel: str = f"{PLUGIN_DIR_IN_OPERATOR}/{PLUGIN_WHEEL}"
+    deadline_seconds: int = 7200
+    ttl_seconds: int = 86400
+    poll_seconds: float = 10.0
+    # Test-only: annotations added to the build pod, by GLMImage name ("*": every one), so the fake
+    # kubelet (cluster/kwok-stages.yaml) knows which exit code and termination message to report.
+    # It exists for the fake kubelet alone; real clusters leave it empty.
+    pod_annotations: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> BuildSettings:
+        def get(name: str, default: str = "") -> str:
+            return env.get(f"GLMOPS_IMAGE_BUILD_{name}", "") or default
+
+        enabled = get("ENABLED").lower() in _TRUE
+        registry = get("REGISTRY").rstrip("/")
+        if enabled and not registry:
+            raise ImageBuildError("GLMOPS_IMAGE_BUILD_ENABLED is on but GLMOPS_IMAGE_BUILD_REGISTRY is empty")
+        try:
+            builder = Builder(get("BUILDER", Builder.KANIKO.value))
+            annotations = json.loads(get("POD_ANNOTATIONS", "{}"))
+            return cls(
+                enabled=enabled,
+                registry=registry,
+                builder=builder,
+                kaniko_image=get("KANIKO_IMAGE", DEFAULT_KANIKO_IMAGE),
+                buildkit_image=get("BUILDKIT_IMAGE", DEFAULT_BUILDKIT_IMAGE),
+                push_secret=get("PUSH_SECRET"),
+                namespace=get("NAMESPACE", env.get("POD_NAMESPACE", "") or "glmops-system"),
+                insecure=get("INSECURE").lower() in _TRUE,
+                plugin_wheel=get("PLUGIN_WHEEL", cls.plugin_wheel),
+                deadline_seconds=int(get("DEADLINE_SECONDS", "7200")),
+                ttl_seconds=int(get("TTL_SECONDS", "86400")),
+                poll_seconds=float(get("POLL_SECONDS", "10")),
+                pod_annotations={
+                    str(image): {str(k): str(v) for k, v in dict(values).items()}
+                    for image, values in dict(annotations).items()
+                },
+            )
+        except (ValueError, TypeError) as err:
+            raise ImageBuildError(f"GLMOPS_IMAGE_BUILD_*: {err}") from err
+
+    @property
+    def builder_image(self) -> str:
+        return self.kaniko_image if self.builder is Builder.KANIKO else self.buildkit_image
+
+
+def registry_host(ref: str) -> str:
+    """The registry host of an image reference (Docker Hub for a bare name)."""
+    first = ref.split("/", 1)[0]
+    return first if "/" in ref and ("." in first or ":" in first or first == "localhost") else "docker.io"
+
+
+def image_name(platform: str, ref: str) -> str:
+    """The GLMImage name of one patched image: `vllm-<platform>-<tag>`, e.g. vllm-cuda-v0-33-0-glmops-1."""
+    tag = ref.split("@", 1)[0].rsplit(":", 1)[-1] if ":" in ref.rsplit("/", 1)[-1] else "latest"
+    return re.sub(r"[^a-z0-9]+", "-", f"vllm-{platform}-{tag}".lower()).strip("-")[:63]
+
+
+def needs_build(settings: BuildSettings, images: ImageCatalog, image: str, platform: str, version: str | None) -> bool:
+    """Whether a plan's image is one the operator builds: glmops' patched image in the configured registry."""
+    if not settings.enabled or version is None or "@" in image or version not in images.versions:
+        return False
+    return image == images.patched_ref(platform, version)
+
+
+def glmimage_manifest(
+    platform: str, version: str, ref: str, patches: tuple[str, ...], builder: Builder
+) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": IMAGE_KIND,
+        "metadata": {
+            "name": image_name(platform, ref),
+            "labels": {"app.kubernetes.io/managed-by": "glmops", "app.kubernetes.io/part-of": "glmops"},
+        },
+        "spec": {
+            "vllmVersion": version,
+            "platform": platform,
+            "image": ref,
+            "patches": list(patches),
+            "builder": builder.value,
+        },
+    }
+
+
+def _object_name(image: GLMImage, suffix: str) -> str:
+    # The uid makes a GLMImage re-created after a failure get a fresh Job, even while the old one's
+    # garbage collection is still under way.
+    uid = str(image.metadata.get("uid", ""))[:8]
+    return f"{image.metadata['name'][:40]}-{suffix}-{uid}".strip("-")
+
+
+def context_name(image: GLMImage) -> str:
+    return _object_name(image, "context")
+
+
+def job_name(image: GLMImage) -> str:
+    return _object_name(image, "build")
+
+
+def _meta(image: GLMImage, name: str, namespace: str) -> dict[str, Any]:
+    owner = {
+        "apiVersion": API_VERSION,
+        "kind": IMAGE_KIND,
+        "name": image.metadata["name"],
+        "uid": image.metadata.get("uid", ""),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": {
+            IMAGE_LABEL: image.metadata["name"],
+            "app.kubernetes.io/managed-by": "glmops",
+            "app.kubernetes.io/component": "image-build",
+        },
+        "ownerReferences": [owner],
+    }
+
+
+def context_configmap(image: GLMImage, settings: BuildSettings, dockerfile: str, wheel: bytes) -> dict[str, Any]:
+    """The build context: the Dockerfile as data, the plugin wheel as binaryData."""
+    size = len(dockerfile.encode()) + len(wheel)
+    if size > CONFIGMAP_LIMIT_BYTES:
+        raise ImageBuildError(
+            f"build context of {image.metadata['name']} is {size} bytes; a ConfigMap holds at most "
+            f"{CONFIGMAP_LIMIT_BYTES}. Ship a smaller plugin wheel (it carries no dependencies)"
+        )
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(image, context_name(image), settings.namespace),
+        "data": {"Dockerfile": dockerfile},
+        "binaryData": {PLUGIN_WHEEL: base64.b64encode(wheel).decode()},
+    }
+
+
+def _kaniko(image: GLMImage, settings: BuildSettings, args: dict[str, str]) -> dict[str, Any]:
+    host = registry_host(image.spec.image)
+    flags = [
+        f"--dockerfile={WORKSPACE}/Dockerfile",
+        f"--context=dir://{WORKSPACE}",
+        f"--destination={image.spec.image}",
+        *(f"--build-arg={key}={value}" for key, value in sorted(args.items())),
+        # The kubelet reports this file as the container's termination message: the operator reads
+        # the digest from the pod's status, no log scraping.
+        "--digest-file=/dev/termination-log",
+    ]
+    if settings.insecure:
+        flags += [f"--insecure-registry={host}", f"--skip-tls-verify-registry={host}"]
+    return {
+        "command": ["/kaniko/executor"],
+        "args": flags,
+        # kaniko unpacks the base image's filesystem in its own container, which needs root there;
+        # the container is still unprivileged and cannot gain privileges. Use buildkit for rootless.
+        "securityContext": {"runAsUser": 0, "privileged": False, "allowPrivilegeEscalation": False},
+    }
+
+
+# buildctl has no digest file: its metadata file holds containerimage.digest, copied to the
+# termination log so both builders report the digest the same way.
+_BUILDKIT_SCRIPT = (
+    'set -eu; buildctl-daemonless.sh "$@" --metadata-file /tmp/build.json; '
+    'sed -n \'s/.*"containerimage.digest": *"\\(sha256:[0-9a-f]*\\)".*/\\1/p\' /tmp/build.json'
+    " | head -n 1 > /dev/termination-log"
+)
+
+
+def _buildkit(image: GLMImage, settings: BuildSettings, args: dict[str, str]) -> dict[str, Any]:
+    output = f"type=image,name={image.spec.image},push=true"
+    if settings.insecure:
+        output += ",registry.insecure=true"
+    flags = [
+        "build",
+        "--frontend=dockerfile.v0",
+        f"--local=context={WORKSPACE}",
+        f"--local=dockerfile={WORKSPACE}",
+        *(f"--opt=build-arg:{key}={value}" for key, value in sorted(args.items())),
+        f"--output={output}",
+    ]
+    return {
+        "command": ["/bin/sh", "-c", _BUILDKIT_SCRIPT, "buildctl"],
+        "args": flags,
+        # Rootless BuildKit: an unprivileged user; without a process sandbox it needs no user
+        # namespaces, but its mounts need seccomp and AppArmor unconfined.
+        "env": [{"name": "BUILDKITD_FLAGS", "value": "--oci-worker-no-process-sandbox"}],
+        "securityContext": {
+            "runAsUser": 1000,
+            "runAsGroup": 1000,
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "seccompProfile": {"type": "Unconfined"},
+            "appArmorProfile": {"type": "Unconfined"},
+        },
+        "volumeMounts": [{"name": "buildkitd", "mountPath": "/home/user/.local/share/buildkit"}],
+    }
+
+
+def _volumes(image: GLMImage, settings: BuildSettings) -> list[dict[str, Any]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "context-src", "configMap": {"name": context_name(image)}},
+        {"name": "context", "emptyDir": {}},
+    ]
+    if settings.push_secret:
+        items = [{"key": ".dockerconfigjson", "path": "config.json"}]
+        volumes.append({"name": "docker-config", "secret": {"secretName": settings.push_secret, "items": items}})
+    if settings.builder is Builder.BUILDKIT:
+        volumes.append({"name": "buildkitd", "emptyDir": {}})
+    return volumes
+
+
+def _copy_context(settings: BuildSettings, security: dict[str, Any]) -> dict[str, Any]:
+    """An init container that copies the context out of the ConfigMap volume, whose files are symlinks."""
+    cp = "/busybox/cp" if settings.builder is Builder.KANIKO else "cp"
+    return {
+        "name": "context",
+        "image": settings.builder_image,
+        "command": [cp, "-L", "/context-src/Dockerfile", f"/context-src/{PLUGIN_WHEEL}", f"{WORKSPACE}/"],
+        "securityContext": security,
+        "volumeMounts": [
+            {"name": "context-src", "mountPath": "/context-src", "readOnly": True},
+            {"name": "context", "mountPath": WORKSPACE},
+        ],
+    }
+
+
+def build_job(image: GLMImage, settings: BuildSettings, args: dict[str, str]) -> dict[str, Any]:
+    """The Job that builds and pushes one GLMImage; it runs once (a failed build is not retried)."""
+    spec = (_kaniko if settings.builder is Builder.KANIKO else _buildkit)(image, settings, args)
+    mounts = [{"name": "context", "mountPath": WORKSPACE}, *spec.pop("volumeMounts", [])]
+    env = list(spec.pop("env", []))
+    if settings.push_secret:
+        mounts.append({"name": "docker-config", "mountPath": DOCKER_CONFIG_DIR, "readOnly": True})
+        env.append({"name": "DOCKER_CONFIG", "value": DOCKER_CONFIG_DIR})
+    container = {
+        "name": BUILD_CONTAINER,
+        "image": settings.builder_image,
+        **spec,
+        "env": env,
+        "volumeMounts": mounts,
+        # On failure the kubelet puts the end of the build log into the termination message.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "resources": {"requests": {"cpu": "2", "memory": "8Gi", "ephemeral-storage": "100Gi"}},
+    }
+    meta = _meta(image, job_name(image), settings.namespace)
+    test_annotations = settings.pod_annotations
+    annotations = {**test_annotations.get("*", {}), **test_annotations.get(image.metadata["name"], {})}
+    pod_meta = {"labels": dict(meta["labels"]), "annotations": annotations}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": settings.deadline_seconds,
+            "ttlSecondsAfterFinished": settings.ttl_seconds,
+            "template": {
+                "metadata": pod_meta,
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    # The build pulls and runs the base image's own architecture: vLLM's are amd64.
+                    "nodeSelector": {"kubernetes.io/arch": "amd64"},
+                    "initContainers": [_copy_context(settings, container["securityContext"])],
+                    "containers": [container],
+                    "volumes": _volumes(image, settings),
+                },
+            },
+        },
+    }
+
+
+def planned_image(spec: dict[str, Any], catalogs: Catalogs) -> str | None:
+    """The image a GLMDeployment's spec resolves to; None for a spec that does not parse."""
+    try:
+        return resolve(GLMDeploymentSpec.model_validate(spec), catalogs).image.ref
+    except (ValueError, KeyError, LookupError):
+        return None
