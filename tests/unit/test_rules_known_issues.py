@@ -84,6 +84,42 @@ def test_58729_from_0_32_only_unguarded_all_to_all_backends_break(backend: str, 
         assert hit["vllm-58729"].field == "spec.engine.all2allBackend"
 
 
+@pytest.mark.parametrize(
+    "version, backend, marlin, refused",
+    [
+        ("0.30.0", "allgather_reducescatter", False, False),
+        ("0.30.0", "deepep_high_throughput", False, True),
+        ("0.30.0", "deepep_high_throughput", True, False),
+        ("0.33.0", "deepep_high_throughput", False, True),
+        ("0.33.0", "deepep_high_throughput", True, False),
+        ("0.33.0", "flashinfer_nvlink_one_sided", True, False),
+        ("0.33.0", "flashinfer_nvlink_two_sided", True, True),
+        ("0.33.0", "flashinfer_all2allv", True, True),
+    ],
+)
+def test_58729_patched_image_admits_layouts_its_plugin_serves_and_refuses_those_it_would_stop(
+    version: str, backend: str, marlin: bool, refused: bool
+) -> None:
+    b = mxfp4_ep(None).vllm(version).set("spec.engine.all2allBackend", backend)
+    if marlin:
+        b = b.env("GLMOPS_MOE_MXFP4_BACKEND", "marlin")
+    hit = rules_hit(b.build())
+    assert ("vllm-58729" in hit) == refused
+    if refused:
+        finding = hit["vllm-58729"]
+        assert finding.field == "spec.engine.all2allBackend"
+        assert "glmops' patch refuses to start the server" in finding.message
+        assert ("GLMOPS_MOE_MXFP4_BACKEND=marlin" in finding.message) == (backend == "deepep_high_throughput")
+
+
+def test_58729_stock_0_33_with_deepep_ht_says_vllm_fails_after_loading_and_names_the_fix() -> None:
+    obj = mxfp4_ep("vllm/vllm-openai:v0.33.0").set("spec.engine.all2allBackend", "deepep_high_throughput").build()
+    message = rules_hit(obj)["vllm-58729"].message
+    assert "vLLM fails only after loading every weight" in message
+    assert "Use all2allBackend auto (allgather_reducescatter)" in message
+    assert "GLMOPS_MOE_MXFP4_BACKEND=marlin" in message
+
+
 def test_58729_unknown_image_version_is_assumed_affected_with_a_warning() -> None:
     obj = mxfp4_ep("registry.example/vllm:latest").build()
     findings = evaluate(obj, CATALOGS)

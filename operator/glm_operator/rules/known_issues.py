@@ -15,6 +15,9 @@ from glm_operator.rules.registry import RULES_BY_ID
 
 PP_ENV = "VLLM_PP_LAYER_PARTITION"
 AITER_BMM_ENVS = ("VLLM_ROCM_USE_AITER_FP4BMM", "VLLM_ROCM_USE_AITER_FP8BMM")
+# The plugin's switch (images/vllm-patches, patch moe-mxfp4-expert-map) that moves this MoE to Marlin.
+MOE_BACKEND_ENV = "GLMOPS_MOE_MXFP4_BACKEND"
+FI_TWO_SIDED = {"flashinfer_nvlink_two_sided", "flashinfer_all2allv"}
 UNGUARDED_A2A = {
     "deepep_high_throughput",
     "flashinfer_nvlink_two_sided",
@@ -42,10 +45,10 @@ def vllm_58729(ctx: Context) -> list[Finding]:
         or ctx.accelerator.arch_family != "sm100"
         or not p.expert
         or p.tensor * p.data <= 1
-        or ctx.has_patch(rule.patch)
     ):
         return []
-    if ctx.version_in(None, "0.32.0"):
+    patched = ctx.has_patch(rule.patch)
+    if ctx.version_in(None, "0.32.0") and not patched:
         marlin = (
             " (--moe-backend marlin does not move this checkpoint off Cutlass on these versions)"
             if ctx.spec.engine.moe_backend == "marlin"
@@ -69,22 +72,37 @@ def vllm_58729(ctx: Context) -> list[Finding]:
             )
         ]
     backend = ctx.spec.engine.all2all_backend
-    if backend in UNGUARDED_A2A:
-        return [
-            Finding(
-                rule=rule.id,
-                severity="error",
-                field="spec.engine.all2allBackend",
-                value=backend,
-                problem=(
-                    f"on {_version(ctx)} the Cutlass MXFP4 experts still reject this all-to-all backend while "
-                    "the compressed-tensors MXFP4 method keeps choosing them, so experts are misrouted"
-                ),
-                fix=f"Use another all-to-all backend (auto, deepep_low_latency) or {_patched_hint(ctx)}",
-                upstream=rule.upstream,
-            )
-        ]
-    return []
+    if backend not in UNGUARDED_A2A or (patched and _marlin_takes(ctx, backend)):
+        return []
+    # The Cutlass MXFP4 experts cannot take these all-to-all layouts in any version. Stock 0.32.0+ fails closed
+    # only after loading every weight; glmops' patch refuses at model construction unless Marlin is asked for.
+    outcome = (
+        "glmops' patch refuses to start the server rather than route tokens to the wrong experts"
+        if patched
+        else "the compressed-tensors MXFP4 method still picks them, so vLLM fails only after loading every weight"
+    )
+    marlin_fix = (
+        f", or engine.env {MOE_BACKEND_ENV}=marlin with {_patched_hint(ctx)} (the Marlin MXFP4 experts)"
+        if backend not in FI_TWO_SIDED
+        else ""
+    )
+    return [
+        Finding(
+            rule=rule.id,
+            severity="error",
+            field="spec.engine.all2allBackend",
+            value=backend,
+            problem=f"on {_version(ctx)} the Cutlass MXFP4 MoE experts cannot take this all-to-all layout; {outcome}",
+            fix=f"Use all2allBackend auto (allgather_reducescatter){marlin_fix}",
+            upstream=rule.upstream,
+        )
+    ]
+
+
+def _marlin_takes(ctx: Context, backend: str) -> bool:
+    """The patched image runs this MoE on Marlin when asked, except for FlashInfer NVLink two-sided layouts."""
+    choice = (ctx.env(MOE_BACKEND_ENV) or "").strip().lower()
+    return choice == "marlin" and backend not in FI_TWO_SIDED
 
 
 def vllm_63170(ctx: Context) -> list[Finding]:

@@ -23,13 +23,15 @@ KNOWN_ISSUES: tuple[RuleInfo, ...] = (
         upstream="https://github.com/vllm-project/vllm/issues/58729",
         affected=(
             "0.27.1-0.31.x: compressed-tensors W4A4 MXFP4 checkpoint, SM100-family GPU, expert parallelism "
-            "with TP x DP > 1 (--moe-backend marlin does not avoid it). 0.32.0+: only with the DeepEP "
-            "high-throughput or FlashInfer NVLink all-to-all backends."
+            "with TP x DP > 1 (--moe-backend marlin does not avoid it). Every version: the DeepEP "
+            "high-throughput and FlashInfer NVLink all-to-all backends, which the Cutlass MXFP4 experts cannot "
+            "take (0.32.0+ fails only after loading every weight)."
         ),
         patch="moe-mxfp4-expert-map",
         remedy=(
             "glmops' patched image (engine.vllmVersion without engine.image), vLLM >= 0.32.0, or tensor "
-            "instead of expert parallelism; on 0.32.0+ another all-to-all backend."
+            "instead of expert parallelism; with DeepEP HT or FlashInfer NVLink all-to-all, another backend, or "
+            "the patched image with engine.env GLMOPS_MOE_MXFP4_BACKEND=marlin (not FlashInfer NVLink two-sided)."
         ),
         remove_when="No supported vLLM version picks the Cutlass MXFP4 experts without honouring expert_map.",
     ),
