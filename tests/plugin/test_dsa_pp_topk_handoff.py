@@ -78,8 +78,8 @@ import importlib, logging, types
 import torch
 import vllm
 from glmops_vllm_patches import ops_dsa, plugin
-from glmops_vllm_patches.base import Context, PatchTargetMissing
-from glmops_vllm_patches.patch_dsa_pp_topk_handoff import INFO, MARK, PATCH, install_handoff
+from glmops_vllm_patches.base import MARK, Context, PatchTargetMissing
+from glmops_vllm_patches.patch_dsa_pp_topk_handoff import INFO, PATCH, install_handoff
 from glmops_vllm_patches.version import Version
 from vllm.sequence import IntermediateTensors
 from vllm.model_executor.models.utils import make_empty_intermediate_tensors_factory

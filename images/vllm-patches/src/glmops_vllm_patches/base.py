@@ -126,3 +126,27 @@ def _check_params(target: Target, func: Any) -> None:
 
 
 _MISSING = object()
+
+# Every wrapper a patch installs carries this attribute (the patch's name), so a second apply in the same
+# process (vLLM may load general plugins more than once) recognises its own work and never wraps twice.
+MARK = "__glmops_patch__"
+
+
+def mark(func: Callable[..., Any], patch: str) -> Callable[..., Any]:
+    setattr(func, MARK, patch)
+    return func
+
+
+def marked(obj: Any, patch: str) -> bool:
+    """True when `obj` (a function, or a static/class method around one) is a wrapper of `patch`."""
+    if isinstance(obj, (staticmethod, classmethod)):
+        obj = obj.__func__
+    return bool(getattr(obj, MARK, None) == patch)
+
+
+def install(cls: type, attr: str, new: Any, patch: str) -> bool:
+    """Set `cls.attr = new` unless `patch` already did; True when it was set."""
+    if marked(inspect.getattr_static(cls, attr, None), patch):
+        return False
+    setattr(cls, attr, new)
+    return True

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from glmops_vllm_patches.base import Context, Patch, PatchInfo, PatchTargetMissing, Target
+from glmops_vllm_patches.base import Context, Patch, PatchInfo, PatchTargetMissing, Target, install, mark, marked
 from glmops_vllm_patches.version import VersionRange
 
 log = logging.getLogger("vllm.glmops_patches")
@@ -66,7 +66,6 @@ INFO = PatchInfo(
     ),
 )
 
-MARK = "__glmops_patch__"
 STATE_ATTR = "_glmops_topk_handoff"
 
 _BASE = "vllm.model_executor.models.deepseek_v2"
@@ -112,18 +111,15 @@ def apply(ctx: Context, found: Mapping[Target, Any]) -> str:
 def _wrap_class(cls: type, intermediate_cls: type) -> bool:
     """Wrap cls.__init__ and cls.forward once; False when both already carry our mark."""
     changed = False
-    if getattr(cls.__dict__.get("__init__"), MARK, None) != INFO.name:
-        cls.__init__ = _wrap_init(cls.__init__)  # type: ignore[misc]
-        changed = True
-    if getattr(cls.__dict__.get("forward"), MARK, None) != INFO.name:
-        cls.forward = _wrap_forward(cls.forward, intermediate_cls)  # type: ignore[attr-defined]
-        changed = True
+    if not marked(cls.__dict__.get("__init__"), INFO.name):
+        changed |= install(cls, "__init__", _wrap_init(cls.__init__), INFO.name)
+    if not marked(cls.__dict__.get("forward"), INFO.name):
+        changed |= install(cls, "forward", _wrap_forward(cls.forward, intermediate_cls), INFO.name)  # type: ignore[attr-defined]
     return changed
 
 
 def _mark(func: Callable[..., Any]) -> Callable[..., Any]:
-    setattr(func, MARK, INFO.name)
-    return func
+    return mark(func, INFO.name)
 
 
 def _wrap_init(orig: Callable[..., None]) -> Callable[..., None]:
@@ -208,7 +204,7 @@ def install_handoff(lm: Any) -> Any:
 
 
 def _with_topk_key(orig: Callable[..., Any], index_topk: int) -> Callable[..., Any]:
-    if getattr(orig, MARK, None) == INFO.name:
+    if marked(orig, INFO.name):
         return orig
 
     @functools.wraps(orig)

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from glmops_vllm_patches.base import Context, Patch, PatchInfo, Target
+from glmops_vllm_patches.base import Context, Patch, PatchInfo, Target, install, mark
 from glmops_vllm_patches.version import Version, VersionRange
 
 log = logging.getLogger("vllm.glmops_patches")
@@ -93,7 +93,6 @@ METHOD_INITS = ((CT_METHOD, CT_INIT), (INC_METHOD, INC_INIT))
 UPSTREAM_REMAP = Version.parse("0.32.0")
 BACKEND_ENV = "GLMOPS_MOE_MXFP4_BACKEND"
 BACKENDS = ("cutlass", "marlin")
-MARK = "__glmops_patch__"
 
 # What the wrapped methods read when a model is built; set by apply().
 _settings: dict[str, Any] = {"backend": "cutlass", "version": None}
@@ -236,18 +235,11 @@ def _check_cutlass_choice(method: Any, moe: Any, marlin_cls: type, marlin_backen
 
 
 def _marked(func: Callable[..., Any]) -> Callable[..., Any]:
-    setattr(func, MARK, INFO.name)
-    return func
+    return mark(func, INFO.name)
 
 
 def _install(cls: type, name: str, new: Any) -> None:
-    """Replace `cls.name` unless this patch already did (a second apply in the process must not wrap twice)."""
-    current = inspect.getattr_static(cls, name)
-    if isinstance(current, (staticmethod, classmethod)):
-        current = current.__func__
-    if getattr(current, MARK, None) == INFO.name:
-        return
-    setattr(cls, name, new)
+    install(cls, name, new, INFO.name)
 
 
 PATCH = Patch(info=INFO, targets=targets, apply=apply)

@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from glmops_vllm_patches.base import Context, Patch, PatchInfo, PatchTargetMissing, Target
+from glmops_vllm_patches.base import Context, Patch, PatchInfo, PatchTargetMissing, Target, mark, marked
 from glmops_vllm_patches.version import Version, VersionRange
 
 log = logging.getLogger("vllm.glmops_patches.null_content_metrics")
@@ -73,8 +73,6 @@ CHAT_MESSAGE = Target(CHAT_PROTOCOL, "ChatMessage")
 # (0.33.0) stream in their own formats.
 COUNTED_MODULES = "vllm.entrypoints.openai."
 
-_MARK = "__glmops_patch__"
-
 
 def delta_message(version: Version) -> Target:
     """DeltaMessage moved from the OpenAI engine protocol (0.27.x) to the shared generate protocol (0.30.0)."""
@@ -95,7 +93,7 @@ def apply(ctx: Context, found: Mapping[Target, Any]) -> str:
         if "content" not in fields or not {"reasoning", "reasoning_content"} & set(fields):
             raise PatchTargetMissing(f"{target}: no content/reasoning fields")
     counters()
-    if getattr(OpenAIServingChat.__dict__["create_chat_completion"], _MARK, None) == INFO.name:
+    if marked(OpenAIServingChat.__dict__["create_chat_completion"], INFO.name):
         return "OpenAIServingChat already wrapped"
     OpenAIServingChat.create_chat_completion = _wrap_create(found[CREATE])
     OpenAIServingChat.__init__ = _wrap_init(found[INIT])
@@ -238,8 +236,7 @@ def _wrap_create(original: Callable[..., Any]) -> Callable[..., Any]:
             return count_stream(result)
         return result  # ErrorResponse
 
-    setattr(create_chat_completion, _MARK, INFO.name)
-    return create_chat_completion
+    return mark(create_chat_completion, INFO.name)
 
 
 def _wrap_init(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -249,8 +246,7 @@ def _wrap_init(original: Callable[..., Any]) -> Callable[..., Any]:
         if _counted(self):
             start_series(self)
 
-    setattr(__init__, _MARK, INFO.name)
-    return __init__
+    return mark(__init__, INFO.name)
 
 
 def start_series(serving: Any) -> list[str]:

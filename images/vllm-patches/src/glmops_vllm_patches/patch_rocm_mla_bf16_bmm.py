@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from glmops_vllm_patches.base import Context, Patch, PatchInfo, PatchTargetMissing, Target
+from glmops_vllm_patches.base import Context, Patch, PatchInfo, PatchTargetMissing, Target, mark, marked
 from glmops_vllm_patches.version import VersionRange
 
 log = logging.getLogger("vllm.glmops_patches.rocm_mla_bf16_bmm")
@@ -68,7 +68,6 @@ REFRESH = Target("vllm._aiter_ops", "rocm_aiter_ops.refresh_env_variables", ("cl
 FP4_CACHED = Target("vllm._aiter_ops", "rocm_aiter_ops._FP4BMM_ENABLED")
 FP8_CACHED = Target("vllm._aiter_ops", "rocm_aiter_ops._FP8BMM_ENABLED")
 
-_MARK = "__glmops_patch__"
 _announced = False
 
 
@@ -105,7 +104,7 @@ def _apply_per_layer(ctx: Context, found: Mapping[Target, Any]) -> str:
     from vllm.model_executor.layers.attention.mla_attention import MLAAttention
 
     current = MLAAttention.__dict__["process_weights_after_loading"]
-    if getattr(current, _MARK, None) == INFO.name:
+    if marked(current, INFO.name):
         return "MLAAttention.process_weights_after_loading already wrapped"
     _require_flags_in_source(found[PROCESS_WEIGHTS])
     user = (FP4_ENV in ctx.env, FP8_ENV in ctx.env)
@@ -134,8 +133,7 @@ def _wrap(original: Callable[..., Any], unquantized_cls: type, user: tuple[bool,
         keep_bf16_bmm(self, unquantized_cls, user)
         return original(self, act_dtype)
 
-    setattr(process_weights_after_loading, _MARK, INFO.name)
-    return process_weights_after_loading
+    return mark(process_weights_after_loading, INFO.name)
 
 
 def keep_bf16_bmm(layer: Any, unquantized_cls: type, user: tuple[bool, bool] = (False, False)) -> bool:
