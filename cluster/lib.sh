@@ -57,7 +57,15 @@ pid_alive() {
   [[ -f "$f" ]] || return 1
   local pid; pid="$(cat "$f")"
   [[ -n "$pid" && -r "/proc/$pid/cmdline" ]] || return 1
-  tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "/$1 " || return 1
+  # Read the command line whole first: `tr | grep -q` under pipefail fails when grep quits before tr is done.
+  local cmd; cmd="$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null)" || return 1
+  [[ "$cmd" == *"/$1 "* ]]
+}
+
+# pid_running NAME: the recorded process of NAME still exists (it may not have exec'd its binary yet).
+pid_running() {
+  local f; f="$(state_dir)/pids/$1.pid"
+  [[ -f "$f" ]] && kill -0 "$(cat "$f")" 2>/dev/null
 }
 
 any_recorded_alive() {
@@ -88,7 +96,8 @@ wait_for() {
   local name="${what%% *}" deadline=$(( $(date +%s) + secs ))
   local logf; logf="$(state_dir)/logs/$name.log"
   until "$@" >/dev/null 2>&1; do
-    if is_daemon "$name" && ! pid_alive "$name"; then
+    # Right after start the child may still be between fork and exec: ask whether it exists, not what it runs.
+    if is_daemon "$name" && ! pid_running "$name"; then
       log "last lines of $logf:"; tail -n 20 "$logf" >&2
       die "$name exited during start-up"
     fi
