@@ -7,6 +7,8 @@ command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v git >/dev/null 2>&1 || need+=(git)
+# promtool (Debian package prometheus): tests/unit/test_alerts.py checks and unit-tests the shipped alert rules.
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 ((${#need[@]})) || exit 0
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "missing system packages: ${need[*]}; install them with your package manager" >&2

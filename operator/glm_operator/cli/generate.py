@@ -7,6 +7,7 @@ from pathlib import Path
 
 from glm_operator.api.crd import render_crd_yaml, render_image_crd_yaml
 from glm_operator.catalog.images import load_images
+from glm_operator.render.alerts import RULE_TEMPLATE, RULES_FILE, render_prometheus_rule_template, render_rules_file
 from glm_operator.render.chart_schema import render_values_schema, values_table
 from glm_operator.render.dockerfile import BAKE_FILE, dockerfile_path, render_bake, render_dockerfile
 from glm_operator.rules.docs import render_rules_md
@@ -45,6 +46,8 @@ GENERATED: dict[Path, Callable[[Path], str]] = {
     CHART / "crds/glmops.dev_glmimages.yaml": lambda _root: render_image_crd_yaml(),
     CHART / "values.schema.json": lambda root: render_values_schema(_values(root)),
     CHART / "README.md": lambda root: _CHART_README_HEAD + values_table(_values(root)),
+    Path(RULES_FILE): lambda root: render_rules_file(_values(root)),
+    Path(RULE_TEMPLATE): lambda _root: render_prometheus_rule_template(),
     Path("docs/rules.md"): lambda _root: render_rules_md(),
     Path("docs/patches.md"): _patches_md,
     Path(dockerfile_path("cuda")): lambda _root: render_dockerfile("cuda"),

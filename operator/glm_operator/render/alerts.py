@@ -1,0 +1,257 @@
+"""glmops' Prometheus alerts: the one source of the plain rules file and of the chart's PrometheusRule.
+
+Each alert is PromQL with `${param}` placeholders; the parameters (switch, severity, `for`, windows,
+thresholds) and their defaults live in the chart's values.yaml under `monitoring.prometheusRule.alerts`.
+`glmctl generate` writes from here:
+- `charts/glmops/files/alerts.yaml`: a plain Prometheus rules file with the values.yaml defaults, what
+  `promtool check rules` / `promtool test rules` read and what a Prometheus without the operator loads;
+- `charts/glmops/templates/prometheusrule.yaml`: the same rules as a Helm template, each behind its
+  `alerts.<Name>.enabled` switch and with its parameters read from the release's values (the way
+  kube-prometheus-stack generates its rule templates from upstream rules).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from string import Template
+from typing import Any
+
+import yaml
+
+RULES_FILE = "charts/glmops/files/alerts.yaml"
+RULE_TEMPLATE = "charts/glmops/templates/prometheusrule.yaml"
+DEFAULT_RUNBOOK_BASE = "https://github.com/glmops/glmops/blob/main/docs/alerts.md"
+# Job labels the chart's ServiceMonitor and PodMonitor set, so rules do not depend on the release name.
+OPERATOR_JOB = "glmops-operator"
+VLLM_JOB = "glmops-vllm"
+# Keys of an alert's values that are not expression parameters.
+_FIXED_KEYS = ("enabled", "severity", "for")
+PER_MODEL = "namespace, glmdeployment, model_name"
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    group: str
+    expr: str  # PromQL with ${param} placeholders (values.yaml: monitoring.prometheusRule.alerts.<name>.<param>)
+    summary: str  # Prometheus alert templates ({{ $labels.x }}, {{ $value }}) and ${param} placeholders
+    description: str
+
+    @property
+    def anchor(self) -> str:
+        """The docs/alerts.md heading anchor of the alert's runbook (GitHub: lower case)."""
+        return self.name.lower()
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return tuple(Template(self.expr).get_identifiers())
+
+
+def _ratio(numerator: str, denominator: str, by: str = PER_MODEL) -> str:
+    return (
+        f"(\n  sum by ({by}) (rate({numerator}[${{window}}]))\n/\n  sum by ({by}) (rate({denominator}[${{window}}]))\n)"
+    )
+
+
+ALERTS: tuple[Alert, ...] = (
+    Alert(
+        name="GLMOpsNullContentHigh",
+        group="glmops.serving",
+        expr=(
+            _ratio("glmops:chat_null_content_total", "glmops:chat_completions_total")
+            + " > ${maxRate}\nand\n"
+            + f"  sum by ({PER_MODEL}) (rate(glmops:chat_completions_total[${{window}}])) > ${{minRequestRate}}\n"
+        ),
+        summary="{{ $labels.model_name }} in {{ $labels.namespace }}: {{ $value | humanizePercentage }} of chat "
+        "answers have no content.",
+        description=(
+            "{{ $value | humanizePercentage }} of the chat completions of {{ $labels.model_name }} "
+            "(GLMDeployment {{ $labels.namespace }}/{{ $labels.glmdeployment }}) over the last ${window} had empty "
+            "content with the answer only in the reasoning (limit ${maxRate} of at least ${minRequestRate} "
+            "completions per second). Answers are wrong while /health stays green; vllm-58729 looked like this."
+        ),
+    ),
+    Alert(
+        name="GLMOpsSpecDecodeAcceptanceLow",
+        group="glmops.serving",
+        expr=(
+            _ratio("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total")
+            + " < ${minAcceptance}\nand\n"
+            + f"  sum by ({PER_MODEL}) (rate(vllm:spec_decode_num_draft_tokens_total[${{window}}]))"
+            + " > ${minDraftTokenRate}\n"
+        ),
+        summary="{{ $labels.model_name }} in {{ $labels.namespace }} accepts {{ $value | humanizePercentage }} of "
+        "its speculative draft tokens.",
+        description=(
+            "Speculative decoding (MTP) of {{ $labels.model_name }} (GLMDeployment "
+            "{{ $labels.namespace }}/{{ $labels.glmdeployment }}) accepted {{ $value | humanizePercentage }} of its "
+            "draft tokens over the last ${window} (limit ${minAcceptance}). Drafting is pure overhead; 0 % is the "
+            "vllm-52833 signature (BF16 MLA weights re-quantized by AITER's FP4/FP8 BMM on MI355X)."
+        ),
+    ),
+    Alert(
+        name="GLMOpsCanaryFailing",
+        group="glmops.operator",
+        expr=(
+            "min by (namespace, glmdeployment, check) (min_over_time(glmops_canary_check_passed[${window}])) == 0\n"
+            "and on (namespace, glmdeployment)\n"
+            'sum by (namespace, glmdeployment) (increase(glmops_canary_runs_total{result="fail"}[${window}])) > 0\n'
+        ),
+        summary="Canary check {{ $labels.check }} keeps failing for GLMDeployment "
+        "{{ $labels.namespace }}/{{ $labels.glmdeployment }}.",
+        description=(
+            "The operator's canary runs against pods of {{ $labels.namespace }}/{{ $labels.glmdeployment }} kept "
+            "failing check {{ $labels.check }} (a failure in every ${window} window). Failing pods stay out of the "
+            "Service (readiness gate glmops.dev/canary False); a rollout stalls and capacity shrinks."
+        ),
+    ),
+    Alert(
+        name="GLMOpsOperatorDown",
+        group="glmops.operator",
+        expr=f'absent(up{{job="{OPERATOR_JOB}"}} == 1)\n',
+        summary="No glmops operator is being scraped successfully.",
+        description=(
+            f'Prometheus has no healthy target of job "{OPERATOR_JOB}". Without the operator no new serving pod '
+            "becomes Ready (their readiness gate is never set), Ready pods are no longer re-checked and "
+            "GLMDeployments are neither admitted nor reconciled."
+        ),
+    ),
+)
+BY_NAME = {alert.name: alert for alert in ALERTS}
+
+
+def alert_values(values_text: str) -> dict[str, dict[str, Any]]:
+    """`monitoring.prometheusRule.alerts` of values.yaml; each alert with its switch, severity, for and params."""
+    values = yaml.safe_load(values_text) or {}
+    configured: dict[str, dict[str, Any]] = values["monitoring"]["prometheusRule"]["alerts"]
+    problems = [f"{a.name}: missing from values.yaml" for a in ALERTS if a.name not in configured]
+    problems += [f"{name}: no such alert" for name in configured if name not in BY_NAME]
+    for alert in ALERTS:
+        missing = [k for k in (*_FIXED_KEYS, *alert.params) if k not in configured.get(alert.name, {})]
+        problems += [f"{alert.name}.{key}: missing from values.yaml" for key in missing]
+    if problems:
+        raise ValueError("monitoring.prometheusRule.alerts: " + "; ".join(problems))
+    return configured
+
+
+def _number(value: Any) -> str:
+    """A parameter as Helm prints it (Go's %v of a float64): 1.0 -> 1, 0.05 -> 0.05."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _rule(alert: Alert, params: dict[str, str], runbook: str, severity: str, for_: str) -> dict[str, Any]:
+    return {
+        "alert": alert.name,
+        "expr": Template(alert.expr).substitute(params),
+        "for": for_,
+        "labels": {"severity": severity},
+        "annotations": {
+            "summary": Template(alert.summary).safe_substitute(params),
+            "description": Template(alert.description).safe_substitute(params),
+            "runbook_url": runbook,
+        },
+    }
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the expressions) as literal blocks, so the rules read like PromQL."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def _dump(data: Any) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=10_000, default_flow_style=False)
+
+
+def _groups() -> dict[str, list[Alert]]:
+    groups: dict[str, list[Alert]] = {}
+    for alert in ALERTS:
+        groups.setdefault(alert.group, []).append(alert)
+    return groups
+
+
+def rule_groups(values_text: str, runbook_base: str = DEFAULT_RUNBOOK_BASE) -> list[dict[str, Any]]:
+    """The enabled rule groups with the parameters of values.yaml."""
+    configured = alert_values(values_text)
+    out = []
+    for group, alerts in _groups().items():
+        rules = []
+        for alert in alerts:
+            cfg = configured[alert.name]
+            if not cfg["enabled"]:
+                continue
+            params = {p: _number(cfg[p]) for p in alert.params}
+            runbook = f"{runbook_base.rstrip('/')}#{alert.anchor}"
+            rules.append(_rule(alert, params, runbook, str(cfg["severity"]), str(cfg["for"])))
+        if rules:
+            out.append({"name": group, "rules": rules})
+    return out
+
+
+def render_rules_file(values_text: str) -> str:
+    values = yaml.safe_load(values_text) or {}
+    runbook_base = values["monitoring"]["prometheusRule"]["runbookBaseUrl"]
+    head = (
+        f"# glmops' alerts as a plain Prometheus rules file, generated by `glmctl generate` from\n"
+        f"# operator/glm_operator/render/alerts.py with the defaults of charts/glmops/values.yaml; do not edit.\n"
+        f"# The chart's PrometheusRule ({RULE_TEMPLATE}) holds the same rules; runbooks: docs/alerts.md.\n"
+    )
+    return head + _dump({"groups": rule_groups(values_text, runbook_base)})
+
+
+# --- the Helm template --------------------------------------------------------------------------------------------
+
+_SENTINEL = "glmopsparam{}end"
+_SENTINEL_RE = re.compile(r"glmopsparam(\w+?)end")
+_RUNBOOK_SENTINEL = "glmopsrunbookend"
+
+
+def _helm_rule(alert: Alert) -> str:
+    """One rule as Helm template text, evaluated inside `with $alerts.<name>` (so `.param` is the value)."""
+    params = {p: _SENTINEL.format(p) for p in alert.params}
+    rule = _rule(alert, params, _RUNBOOK_SENTINEL, _SENTINEL.format("severity"), _SENTINEL.format("for"))
+    text = _dump([rule])
+    text = text.replace("{{", '{{ "{{" }}')  # Prometheus' own templates pass through Helm verbatim
+    text = _SENTINEL_RE.sub(lambda m: "{{ ." + m[1] + " }}", text)
+    text = text.replace(_RUNBOOK_SENTINEL, '{{ printf "%s#%s" $runbook "' + alert.anchor + '" }}')
+    return "".join(f"        {line}\n" for line in text.splitlines())
+
+
+def render_prometheus_rule_template() -> str:
+    lines = [
+        "{{- /* Generated by `glmctl generate` from operator/glm_operator/render/alerts.py; do not edit. */}}",
+        "{{- if .Values.monitoring.prometheusRule.enabled }}",
+        "{{- $rule := .Values.monitoring.prometheusRule }}",
+        "{{- $alerts := $rule.alerts }}",
+        '{{- $runbook := trimSuffix "/" $rule.runbookBaseUrl }}',
+        "apiVersion: monitoring.coreos.com/v1",
+        "kind: PrometheusRule",
+        "metadata:",
+        '  name: {{ include "glmops.fullname" . }}',
+        "  namespace: {{ .Release.Namespace }}",
+        "  labels:",
+        '    {{- include "glmops.labels" . | nindent 4 }}',
+        "    {{- with $rule.labels }}",
+        "    {{- toYaml . | nindent 4 }}",
+        "    {{- end }}",
+        "spec:",
+        "  groups:",
+    ]
+    for group, alerts in _groups().items():
+        switches = " ".join(f'(dig "{a.name}" "enabled" false $alerts)' for a in alerts)
+        lines += [f"{{{{- if or {switches} }}}}", f"    - name: {group}", "      rules:"]
+        for alert in alerts:
+            lines.append(f"{{{{- with $alerts.{alert.name} }}}}{{{{- if .enabled }}}}")
+            lines.append(_helm_rule(alert).rstrip("\n"))
+            lines.append("{{- end }}{{- end }}")
+        lines.append("{{- end }}")
+    lines.append("{{- end }}")
+    return "\n".join(lines) + "\n"

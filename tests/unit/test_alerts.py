@@ -1,0 +1,434 @@
+"""The shipped alerts: valid rules that fire exactly when they should, and the chart's monitoring objects.
+
+promtool (Debian's `prometheus` package, installed by hack/system-deps.sh) checks and unit-tests the plain
+rules file; the pinned helm (cluster/build.sh) renders the chart with monitoring on, off and partly off.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from glm_operator.render.alerts import ALERTS, BY_NAME, OPERATOR_JOB, RULES_FILE, alert_values, rule_groups
+from tests.support.builders import GLMDeploymentBuilder as B
+from tests.support.cluster import REPO
+from tests.unit.test_render import rendered
+
+RULES = REPO / RULES_FILE
+CHART = REPO / "charts" / "glmops"
+VALUES = (CHART / "values.yaml").read_text()
+MINUTES = 60
+
+
+# --- tools ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        pytest.skip("promtool is not installed: run hack/system-deps.sh (Debian package prometheus)")
+    return found
+
+
+def _pinned_helm() -> Path:
+    pins = dict(
+        re.findall(r"^(\w+_VERSION)=(\S+)", (REPO / "cluster" / "versions.env").read_text(), flags=re.MULTILINE)
+    )
+    cache = os.environ.get("GLMOPS_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "glmops"
+    )
+    key = (
+        f"k8s-{pins['KUBERNETES_VERSION']}_etcd-{pins['ETCD_VERSION']}"
+        f"_kwok-{pins['KWOK_VERSION']}_helm-{pins['HELM_VERSION']}"
+    )
+    return Path(cache) / "bin" / key / "helm"
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    pinned = _pinned_helm()
+    if not pinned.is_file():
+        pytest.skip(f"helm is not built at {pinned}: run cluster/build.sh (make tools)")
+    return str(pinned)
+
+
+def _template(helm: str, *sets: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """`helm template` with --set values; a number is passed with --set-json (--set turns 0.2 into a string)."""
+    args = [helm, "template", "glmops", str(CHART), "--namespace", "glmops-system"]
+    for value in sets:
+        number = re.fullmatch(r"[^=]+=[0-9]*\.[0-9]+", value)
+        args += ["--set-json" if number else "--set", value]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def _objects(helm: str, *sets: str) -> dict[str, dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all(_template(helm, *sets).stdout) if d]
+    return {f"{d['kind']}/{d['metadata']['name']}": d for d in docs}
+
+
+# --- series and scenarios ---------------------------------------------------------------------------------------
+
+MODEL = {"namespace": "team-a", "glmdeployment": "glm", "model_name": "zai-org/GLM-5.3"}
+POD = {**MODEL, "pod": "glm-5d9c-x", "engine": "0", "job": "glmops-vllm", "instance": "127.20.0.5:8000"}
+GLMD = {"namespace": "team-a", "glmdeployment": "glm", "job": OPERATOR_JOB}
+
+
+def series(metric: str, labels: dict[str, str]) -> str:
+    return metric + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+def counter(*segments: tuple[int, float]) -> str:
+    """A counter's samples, one a minute: (minutes, increase per minute) segments, then flat to the end."""
+    values, total = [0.0], 0.0
+    for minutes, per_minute in segments:
+        for _ in range(minutes):
+            total += per_minute
+            values.append(total)
+    values += [total] * (MINUTES + 1 - len(values))
+    return " ".join(f"{v:g}" for v in values)
+
+
+def gauge(*segments: tuple[int, float | str]) -> str:
+    """A gauge's samples, one a minute from 0 m: (minutes, value) segments; "_" is a missing sample."""
+    values = [str(v) for minutes, v in segments for _ in range(minutes)]
+    return " ".join(values + [values[-1]] * (MINUTES + 1 - len(values)))
+
+
+def healthy() -> dict[str, str]:
+    """2 chat completions a second, none null; 10 draft tokens a second, 60 % accepted; canaries pass."""
+    return {
+        series("glmops:chat_completions_total", POD): counter((MINUTES, 120)),
+        series("glmops:chat_null_content_total", POD): counter(),
+        series("vllm:spec_decode_num_draft_tokens_total", POD): counter((MINUTES, 600)),
+        series("vllm:spec_decode_num_accepted_tokens_total", POD): counter((MINUTES, 360)),
+        series("glmops_canary_check_passed", {**GLMD, "check": "gsm8k"}): gauge((1, 1)),
+        series("glmops_canary_check_passed", {**GLMD, "check": "smoke"}): gauge((1, 1)),
+        series("glmops_canary_runs_total", {**GLMD, "result": "pass"}): counter((MINUTES, 0.1)),
+        series("glmops_canary_runs_total", {**GLMD, "result": "fail"}): counter(),
+        series("up", {"job": OPERATOR_JOB, "instance": "10.0.0.7:8081"}): gauge((1, 1)),
+    }
+
+
+@dataclass
+class Scenario:
+    name: str
+    overrides: dict[str, str] = field(default_factory=dict)
+    # eval minute -> alert name -> (labels beyond the alert's severity, the value as the annotations print it)
+    firing: dict[int, dict[str, list[tuple[dict[str, str], str]]]] = field(default_factory=dict)
+    quiet_at: tuple[int, ...] = ()  # minutes at which nothing may fire
+
+
+def _each_failing_every(minutes: int) -> str:
+    return counter(*[(minutes, 0), (1, 1)] * (MINUTES // (minutes + 1)))
+
+
+SCENARIOS = [
+    Scenario("healthy traffic", quiet_at=(10, 30, 60)),
+    Scenario(
+        "null-content burst: 12.5 % of answers from minute 20",
+        {series("glmops:chat_null_content_total", POD): counter((20, 0), (40, 15))},
+        firing={40: {"GLMOpsNullContentHigh": [(MODEL, "12.5%")]}},
+        quiet_at=(20, 28),  # over 5 % from minute 25, firing after `for: 5m`
+    ),
+    Scenario(
+        "zero acceptance of MTP drafts (vllm-52833)",
+        {series("vllm:spec_decode_num_accepted_tokens_total", POD): counter()},
+        firing={30: {"GLMOpsSpecDecodeAcceptanceLow": [(MODEL, "0%")]}},
+        quiet_at=(12,),  # pending for `for: 15m`
+    ),
+    Scenario(
+        "idle model: one null answer every 10 minutes, a trickle of rejected drafts",
+        {
+            series("glmops:chat_completions_total", POD): _each_failing_every(9),
+            series("glmops:chat_null_content_total", POD): _each_failing_every(9),
+            series("vllm:spec_decode_num_draft_tokens_total", POD): counter((MINUTES, 30)),
+            series("vllm:spec_decode_num_accepted_tokens_total", POD): counter(),
+        },
+        quiet_at=(15, 30, 60),
+    ),
+    Scenario(
+        "idle model without speculative decoding traffic",
+        {
+            series("glmops:chat_completions_total", POD): counter(),
+            series("vllm:spec_decode_num_draft_tokens_total", POD): counter(),
+            series("vllm:spec_decode_num_accepted_tokens_total", POD): counter(),
+        },
+        quiet_at=(30, 60),
+    ),
+    Scenario(
+        "gsm8k canary keeps failing",
+        {
+            series("glmops_canary_check_passed", {**GLMD, "check": "gsm8k"}): gauge((1, 0)),
+            series("glmops_canary_runs_total", {**GLMD, "result": "fail"}): _each_failing_every(4),
+        },
+        firing={50: {"GLMOpsCanaryFailing": [({"namespace": "team-a", "glmdeployment": "glm", "check": "gsm8k"}, "")]}},
+        quiet_at=(30,),
+    ),
+    Scenario(
+        "gsm8k canary fails once while a pod loads, then passes",
+        {
+            series("glmops_canary_check_passed", {**GLMD, "check": "gsm8k"}): gauge((5, 1), (1, 0), (1, 1)),
+            series("glmops_canary_runs_total", {**GLMD, "result": "fail"}): counter((5, 0), (1, 1)),
+        },
+        quiet_at=(15, 30, 60),
+    ),
+    Scenario(
+        "a failed check's gauge stays at 0 after its GLMDeployment is gone (no more canary runs)",
+        {
+            series("glmops_canary_check_passed", {**GLMD, "check": "gsm8k"}): gauge((1, 0)),
+            series("glmops_canary_runs_total", {**GLMD, "result": "fail"}): counter((2, 0), (1, 1)),
+            series("glmops_canary_runs_total", {**GLMD, "result": "pass"}): counter(),
+        },
+        quiet_at=(40, 60),
+    ),
+    Scenario(
+        "operator gone from minute 10",
+        {series("up", {"job": OPERATOR_JOB, "instance": "10.0.0.7:8081"}): gauge((10, 1), (1, "_"))},
+        firing={40: {"GLMOpsOperatorDown": [({}, "")]}},
+        quiet_at=(20,),
+    ),
+    Scenario(
+        "operator target down from minute 10",
+        {series("up", {"job": OPERATOR_JOB, "instance": "10.0.0.7:8081"}): gauge((10, 1), (1, 0))},
+        firing={40: {"GLMOpsOperatorDown": [({}, "")]}},
+        quiet_at=(15,),
+    ),
+]
+
+
+def _expand(template: str, labels: dict[str, str], value: str) -> str:
+    """Prometheus' annotation templates as the shipped rules use them: $labels.<name> and $value | humanize*."""
+
+    def one(match: re.Match[str]) -> str:
+        action = match[1].strip()
+        if action.startswith("$labels."):
+            return labels[action.removeprefix("$labels.")]
+        assert action.startswith("$value"), f"unexpected template action {action!r}: teach _expand"
+        return value
+
+    return re.sub(r"{{(.*?)}}", one, template)
+
+
+def _expected(alert: str, labels: dict[str, str], value: str) -> dict[str, Any]:
+    rule = next(r for g in rule_groups(VALUES) for r in g["rules"] if r["alert"] == alert)
+    all_labels = {**labels, **rule["labels"]}
+    annotations = {k: _expand(v, all_labels, value) for k, v in rule["annotations"].items()}
+    return {"exp_labels": all_labels, "exp_annotations": annotations}
+
+
+def _unit_test_file(scenario: Scenario) -> dict[str, Any]:
+    inputs = {**healthy(), **scenario.overrides}
+    checks = []
+    times = sorted({*scenario.firing, *scenario.quiet_at})
+    for minute in times:
+        for alert in ALERTS:
+            firing = scenario.firing.get(minute, {}).get(alert.name, [])
+            checks.append(
+                {
+                    "eval_time": f"{minute}m",
+                    "alertname": alert.name,
+                    "exp_alerts": [_expected(alert.name, labels, value) for labels, value in firing],
+                }
+            )
+    return {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": s, "values": v} for s, v in inputs.items()],
+                "alert_rule_test": checks,
+            }
+        ],
+    }
+
+
+# --- promtool ---------------------------------------------------------------------------------------------------
+
+
+def test_promtool_accepts_the_shipped_rules_file(promtool: str) -> None:
+    proc = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"SUCCESS: {len(ALERTS)} rules found" in proc.stdout
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+def test_each_alert_fires_exactly_when_it_should(promtool: str, scenario: Scenario, tmp_path: Path) -> None:
+    test_file = tmp_path / "alerts_test.yaml"
+    test_file.write_text(yaml.safe_dump(_unit_test_file(scenario), sort_keys=False, width=10_000))
+    proc = subprocess.run([promtool, "test", "rules", str(test_file)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_promtool_test_that_expects_the_wrong_alert_fails(promtool: str, tmp_path: Path) -> None:
+    wrong = Scenario("healthy, claimed null-content", firing={40: {"GLMOpsNullContentHigh": [(MODEL, "12.5%")]}})
+    test_file = tmp_path / "alerts_test.yaml"
+    test_file.write_text(yaml.safe_dump(_unit_test_file(wrong), sort_keys=False, width=10_000))
+    proc = subprocess.run([promtool, "test", "rules", str(test_file)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0, "the promtool harness cannot fail: the scenarios above prove nothing"
+
+
+# --- the rules themselves (pure) ----------------------------------------------------------------------------------
+
+
+def test_every_alert_has_severity_summary_description_and_a_runbook_section() -> None:
+    docs = (REPO / "docs" / "alerts.md").read_text()
+    headings = {h.lower() for h in re.findall(r"^## (\S+)$", docs, flags=re.MULTILINE)}
+    base = yaml.safe_load(VALUES)["monitoring"]["prometheusRule"]["runbookBaseUrl"]
+    for rule in (r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]):
+        assert rule["labels"]["severity"] in {"critical", "warning", "info"}, rule["alert"]
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule["alert"]
+        url, anchor = rule["annotations"]["runbook_url"].split("#")
+        assert url == base and url.endswith("docs/alerts.md"), rule["alert"]
+        assert anchor == BY_NAME[rule["alert"]].anchor and anchor in headings, f"no docs/alerts.md section {anchor}"
+
+
+def test_values_must_configure_every_alert_and_parameter() -> None:
+    values = yaml.safe_load(VALUES)
+    del values["monitoring"]["prometheusRule"]["alerts"]["GLMOpsNullContentHigh"]["minRequestRate"]
+    values["monitoring"]["prometheusRule"]["alerts"]["GLMOpsTypo"] = {"enabled": True}
+    with pytest.raises(ValueError) as refused:
+        alert_values(yaml.safe_dump(values))
+    assert "GLMOpsNullContentHigh.minRequestRate: missing" in str(refused.value)
+    assert "GLMOpsTypo: no such alert" in str(refused.value)
+
+
+def test_acceptance_threshold_defaults_to_the_canarys_minimum_acceptance() -> None:
+    from glm_operator.api.v1alpha1 import NullContentCanary, SpecDecodeCanary
+
+    alerts = alert_values(VALUES)
+    assert alerts["GLMOpsSpecDecodeAcceptanceLow"]["minAcceptance"] == SpecDecodeCanary().min_acceptance
+    assert alerts["GLMOpsNullContentHigh"]["maxRate"] == NullContentCanary().max_rate
+
+
+# --- the chart (helm template) ------------------------------------------------------------------------------------
+
+MONITORING_ON = ("monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true")
+MONITORING_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+
+
+def test_monitoring_is_off_by_default_but_the_operator_serves_metrics(helm: str) -> None:
+    objects = _objects(helm)
+    assert not {o["kind"] for o in objects.values()} & MONITORING_KINDS
+    assert "Service/glmops-metrics" not in objects
+    container = objects["Deployment/glmops"]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "GLMOPS_METRICS_PORT", "value": "8081"} in container["env"]
+    assert {"name": "metrics", "containerPort": 8081} in container["ports"]
+
+
+def test_service_monitor_scrapes_the_operators_metrics_port_as_job_glmops_operator(helm: str) -> None:
+    objects = _objects(helm, *MONITORING_ON, "monitoring.serviceMonitor.labels.release=kps")
+    monitor, service = objects["ServiceMonitor/glmops"], objects["Service/glmops-metrics"]
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert (
+        not monitor["spec"]["selector"]["matchLabels"].items()
+        <= objects["Service/glmops-webhook"]["metadata"]["labels"].items()
+    ), "the webhook Service has no metrics port"
+    pod = objects["Deployment/glmops"]["spec"]["template"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    assert service["spec"]["ports"][0]["targetPort"] in {p["name"] for p in pod["spec"]["containers"][0]["ports"]}
+    endpoint = monitor["spec"]["endpoints"][0]
+    assert endpoint["port"] == "metrics" and endpoint["honorLabels"] is True
+    assert {"targetLabel": "job", "replacement": OPERATOR_JOB} in endpoint["relabelings"]
+
+
+def _pod_labels(obj: dict[str, Any]) -> list[tuple[dict[str, str], list[str]]]:
+    """(labels, port names) of each pod template of a rendered workload."""
+    spec = obj["spec"]
+    lws = spec.get("leaderWorkerTemplate", {})
+    templates = [spec["template"]] if "template" in spec else [lws["leaderTemplate"], lws["workerTemplate"]]
+    return [
+        (t["metadata"]["labels"], [p["name"] for c in t["spec"]["containers"] for p in c.get("ports", [])])
+        for t in templates
+    ]
+
+
+@pytest.mark.parametrize(
+    "glmd, lws",
+    [
+        (B().tensor(8).build(), True),
+        (B().tensor(8).pipeline(2).build(), True),
+        (B().tensor(8).pipeline(2).build(), False),
+    ],
+    ids=["deployment", "leaderworkerset", "statefulset-groups"],
+)
+def test_pod_monitor_selects_exactly_the_pods_that_serve_http(helm: str, glmd: dict[str, Any], lws: bool) -> None:
+    monitor = _objects(helm, *MONITORING_ON)["PodMonitor/glmops-vllm"]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    endpoint = monitor["spec"]["podMetricsEndpoints"][0]
+    drop = next(r for r in endpoint["relabelings"] if r.get("action") == "drop")
+    _, objects = rendered(glmd, lws=lws)
+    workloads = [o for o in objects if o["kind"] in {"Deployment", "LeaderWorkerSet", "StatefulSet"}]
+    for labels, ports in (p for w in workloads for p in _pod_labels(w)):
+        selected = selector.items() <= labels.items()
+        assert selected == ("http" in ports), labels
+        if labels.get("glmops.dev/role") == "group":  # StatefulSet pods: only index 0 serves HTTP
+            for index, kept in (("0", True), ("1", False), ("12", False)):
+                assert (re.fullmatch(drop["regex"], f"group;{index}") is None) == kept
+        elif selected:
+            assert re.fullmatch(drop["regex"], f"{labels.get('glmops.dev/role', '')};0") is None
+    assert endpoint["port"] == "http" and monitor["spec"]["namespaceSelector"] == {"any": True}
+
+
+def test_pod_monitor_follows_the_watched_namespaces(helm: str) -> None:
+    monitor = _objects(helm, *MONITORING_ON, "watchNamespaces={team-a,team-b}")["PodMonitor/glmops-vllm"]
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
+    assert "PodMonitor/glmops-vllm" not in _objects(helm, *MONITORING_ON, "monitoring.serviceMonitor.vllmPods=false")
+
+
+def test_prometheus_rule_holds_the_plain_rules_file_with_default_values(helm: str) -> None:
+    rule = _objects(helm, *MONITORING_ON, "monitoring.prometheusRule.labels.release=kps")["PrometheusRule/glmops"]
+    assert rule["spec"] == yaml.safe_load(RULES.read_text())
+    assert rule["metadata"]["labels"]["release"] == "kps"
+
+
+def test_an_alert_switched_off_is_left_out_and_the_others_stay(helm: str) -> None:
+    off = "monitoring.prometheusRule.alerts.GLMOpsSpecDecodeAcceptanceLow.enabled=false"
+    groups = _objects(helm, *MONITORING_ON, off)["PrometheusRule/glmops"]["spec"]["groups"]
+    names = [r["alert"] for g in groups for r in g["rules"]]
+    assert names == [a.name for a in ALERTS if a.name != "GLMOpsSpecDecodeAcceptanceLow"]
+
+
+def test_a_group_whose_alerts_are_all_off_is_left_out(helm: str) -> None:
+    sets = [f"monitoring.prometheusRule.alerts.{a.name}.enabled=false" for a in ALERTS if a.group == "glmops.operator"]
+    groups = _objects(helm, *MONITORING_ON, *sets)["PrometheusRule/glmops"]["spec"]["groups"]
+    assert [g["name"] for g in groups] == ["glmops.serving"]
+
+
+def test_thresholds_severity_and_for_from_values_reach_valid_rules(helm: str, promtool: str, tmp_path: Path) -> None:
+    prefix = "monitoring.prometheusRule.alerts.GLMOpsNullContentHigh"
+    rule = _objects(
+        helm,
+        *MONITORING_ON,
+        f"{prefix}.maxRate=0.2",
+        f"{prefix}.window=30m",
+        f"{prefix}.for=1h",
+        f"{prefix}.severity=page",
+        "monitoring.prometheusRule.runbookBaseUrl=https://wiki.example/alerts/",
+    )["PrometheusRule/glmops"]
+    null = rule["spec"]["groups"][0]["rules"][0]
+    assert ") > 0.2\n" in null["expr"] and "[30m]" in null["expr"] and "[10m]" not in null["expr"]
+    assert null["for"] == "1h" and null["labels"] == {"severity": "page"}
+    assert null["annotations"]["runbook_url"] == "https://wiki.example/alerts#glmopsnullcontenthigh"
+    rendered_rules = tmp_path / "rules.yaml"
+    rendered_rules.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    proc = subprocess.run([promtool, "check", "rules", str(rendered_rules)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_values_schema_refuses_an_unknown_alert(helm: str) -> None:
+    proc = _template(helm, "monitoring.prometheusRule.alerts.GLMOpsTypo.enabled=false", check=False)
+    assert proc.returncode != 0 and "GLMOpsTypo" in proc.stderr
