@@ -1,0 +1,44 @@
+"""cluster/lib.sh's process checks, run in bash exactly as up.sh and down.sh run them (set -euo pipefail)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+LIB = Path(__file__).resolve().parents[2] / "cluster" / "lib.sh"
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A live process whose command line is long (several pipe buffers), recorded as daemon 'bash'."""
+    long_args = ["x" * 100_000] * 3
+    proc = subprocess.Popen(["/bin/bash", "-c", "sleep 60; exit 0", "_", *long_args])  # two commands: bash stays
+    pids = tmp_path / "clusters" / "t" / "pids"
+    pids.mkdir(parents=True)
+    (pids / "bash.pid").write_text(str(proc.pid))
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def check(tmp_path: Path, call: str) -> int:
+    script = f"set -euo pipefail; source {LIB}; {call}"
+    env = {"GLMOPS_CACHE": str(tmp_path), "GLMOPS_CLUSTER": "t", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    return subprocess.run(["bash", "-c", script], env=env, timeout=30).returncode
+
+
+def test_a_live_daemon_with_a_long_command_line_is_alive(tmp_path: Path, daemon: subprocess.Popen[bytes]) -> None:
+    # A grep -q that stops reading early used to fail the pipeline here (pipefail), so down.sh left it running.
+    assert all(check(tmp_path, "pid_alive bash") == 0 for _ in range(5))
+    assert check(tmp_path, "pid_running bash") == 0
+
+
+def test_a_dead_or_reused_pid_is_not_alive(tmp_path: Path, daemon: subprocess.Popen[bytes]) -> None:
+    assert check(tmp_path, "pid_alive sleep") != 0  # the pid lives but runs another binary
+    daemon.kill()
+    daemon.wait()
+    assert check(tmp_path, "pid_alive bash") != 0
+    assert check(tmp_path, "pid_running bash") != 0
