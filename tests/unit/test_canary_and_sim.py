@@ -15,7 +15,7 @@ from glm_operator.canary.gsm8k import Sequential, last_integer, wilson
 from glm_operator.canary.gsm8k_data import generate, parse_jsonl, solve_generated
 from glm_operator.canary.suite import SuiteInputs, run_suite
 from glm_operator.sim.behaviour import Model
-from glm_operator.sim.faults import fault_of, parse_serve_args
+from glm_operator.sim.faults import fault_of, parse_serve_args, startup_error
 from glm_operator.sim.server import Simulator, serve
 
 SHARED_GSM8K = Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k" / "test.jsonl"
@@ -204,3 +204,33 @@ def test_the_fault_follows_from_the_launch(
     args: list[str], env: dict[str, str], gpu: str, version: str, patches: set[str], fault: str
 ) -> None:
     assert fault_of(parse_serve_args(args, env, gpu, version, patches)) == fault
+
+
+MXFP4_DP8_EP = ["vllm", "serve", "RedHatAI/GLM-5.3-MXFP4", "-dp", "8", "--enable-expert-parallel"]
+
+
+@pytest.mark.parametrize(
+    "version, all2all, patched, marlin, fault, refuses",
+    [
+        ("0.30.0", "allgather_reducescatter", False, False, "garbled", None),
+        ("0.30.0", "deepep_high_throughput", False, False, "garbled", None),
+        ("0.30.0", "allgather_reducescatter", True, False, "none", None),
+        ("0.30.0", "deepep_high_throughput", True, False, "none", "glmops patch moe-mxfp4-expert-map"),
+        ("0.30.0", "deepep_high_throughput", True, True, "none", None),
+        ("0.33.0", "allgather_reducescatter", False, False, "none", None),
+        ("0.33.0", "deepep_high_throughput", False, False, "none", "CutlassExpertsMxfp4 does not support"),
+        ("0.33.0", "flashinfer_nvlink_two_sided", True, True, "none", "glmops patch moe-mxfp4-expert-map"),
+    ],
+)
+def test_unsupported_all_to_all_layouts_stop_the_server_from_0_32_or_with_the_patch(
+    version: str, all2all: str, patched: bool, marlin: bool, fault: str, refuses: str | None
+) -> None:
+    env = {"GLMOPS_MOE_MXFP4_BACKEND": "marlin"} if marlin else {}
+    patches = {"moe-mxfp4-expert-map"} if patched else set()
+    launch = parse_serve_args([*MXFP4_DP8_EP, "--all2all-backend", all2all], env, "GB200", version, patches)
+    error = startup_error(launch)
+    assert (error is None) == (refuses is None)
+    if refuses is not None:
+        assert error is not None and refuses in error
+    else:
+        assert fault_of(launch) == fault

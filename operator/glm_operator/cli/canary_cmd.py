@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from glm_operator.api.v1alpha1 import CanarySpec
@@ -109,7 +110,7 @@ def sim(
     serve_args: list[str],
 ) -> int:
     from glm_operator.sim.behaviour import Model
-    from glm_operator.sim.faults import fault_of, parse_serve_args
+    from glm_operator.sim.faults import fault_of, parse_serve_args, startup_error
     from glm_operator.sim.server import Simulator, serve
 
     if serve_args:
@@ -117,6 +118,12 @@ def sim(
         model = launch.model
         if launch.speculative:
             spec_tokens = int(launch.speculative.get("num_speculative_tokens") or 1)  # type: ignore[call-overload]
+        error = startup_error(launch) if fault == "auto" else None
+        if error is not None:
+            # vLLM exits before it serves: the pod never answers, so its canaries never pass.
+            time.sleep(load_seconds)
+            print(f"glmctl sim: {launch.model}: {error}", file=sys.stderr, flush=True)
+            return 1
         if fault == "auto":
             fault = fault_of(launch)
     if fault == "auto":

@@ -15,13 +15,16 @@ from glm_operator.catalog.versions import Version
 
 FAULTS = ("none", "garbled", "null-content", "stale-topk", "mtp-zero")
 SM100 = {"GB200", "B200", "GB300", "B300"}
-# From 0.32.0 the Cutlass MXFP4 kernel remaps experts, but these all-to-all backends bypass that.
+# All-to-all layouts the Cutlass MXFP4 experts cannot take. Before 0.32.0 nothing checks and experts are misrouted
+# anyway; 0.32.0+ fails closed at start (read from the 0.32.0/0.33.0 sources: the MXFP4 oracle validates the experts'
+# parallel config after the weights are loaded), as does glmops' patch unless the MoE is moved to Marlin.
 UNGUARDED_ALL2ALL = {
     "deepep_high_throughput",
     "flashinfer_nvlink_two_sided",
     "flashinfer_nvlink_one_sided",
     "flashinfer_all2allv",
 }
+MARLIN_REFUSES = {"flashinfer_nvlink_two_sided", "flashinfer_all2allv"}
 
 
 @dataclass
@@ -79,15 +82,7 @@ def fault_of(launch: Launch) -> str:
     model = catalog.model if catalog else None
     version = Version.parse(launch.version)
     # vllm-58729: Cutlass MXFP4 experts index local weights with global expert ids under EP on SM100.
-    if (
-        model
-        and model.format == "compressed-tensors-mxfp4-w4a4"
-        and launch.gpu in SM100
-        and launch.expert
-        and launch.tensor * launch.data > 1
-        and "moe-mxfp4-expert-map" not in launch.patches
-        and (version < Version.parse("0.32.0") or launch.all2all in UNGUARDED_ALL2ALL)
-    ):
+    if _mxfp4_ep_on_sm100(launch, model) and "moe-mxfp4-expert-map" not in launch.patches and version < V0_32:
         return "garbled"
     # vllm-63170: a pipeline stage starting on a top-k reuse layer reads stale indices.
     if (
@@ -113,6 +108,38 @@ def fault_of(launch: Launch) -> str:
     ):
         return "mtp-zero"
     return "none"
+
+
+def startup_error(launch: Launch) -> str | None:
+    """The error a launch stops with before it serves anything, or None when it starts."""
+    catalog = load_models().lookup(launch.model)
+    model = catalog.model if catalog else None
+    if not _mxfp4_ep_on_sm100(launch, model) or launch.all2all not in UNGUARDED_ALL2ALL:
+        return None
+    if "moe-mxfp4-expert-map" in launch.patches:
+        marlin = launch.env.get("GLMOPS_MOE_MXFP4_BACKEND", "").strip().lower() == "marlin"
+        if marlin and launch.all2all not in MARLIN_REFUSES:
+            return None
+        return (
+            f"UnsupportedMoEDeployment: --all2all-backend: {launch.all2all}: the MXFP4 MoE experts cannot take this "
+            "all-to-all layout with expert parallelism (glmops patch moe-mxfp4-expert-map)"
+        )
+    if Version.parse(launch.version) >= V0_32:
+        return f"ValueError: CutlassExpertsMxfp4 does not support this MoE deployment ({launch.all2all})"
+    return None  # older versions start, and misroute (fault_of)
+
+
+V0_32 = Version.parse("0.32.0")
+
+
+def _mxfp4_ep_on_sm100(launch: Launch, model: ModelInfo | None) -> bool:
+    return bool(
+        model
+        and model.format == "compressed-tensors-mxfp4-w4a4"
+        and launch.gpu in SM100
+        and launch.expert
+        and launch.tensor * launch.data > 1
+    )
 
 
 def _stale_stage(launch: Launch, layers: int, model: ModelInfo) -> bool:
