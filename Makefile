@@ -39,8 +39,8 @@ check: venv
 	@.venv/bin/glmctl generate --check
 	@.venv/bin/lint-imports --no-cache
 	@.venv/bin/mypy
-	@.venv/bin/ruff check operator tests images/vllm-patches
-	@.venv/bin/ruff format --check --quiet operator tests images/vllm-patches
+	@.venv/bin/ruff check operator tests images/vllm-patches bench
+	@.venv/bin/ruff format --check --quiet operator tests images/vllm-patches bench
 
 .PHONY: test
 test: venv tools check
