@@ -120,9 +120,18 @@ def test_deployments_wait_for_the_build_then_share_its_pinned_digest(
     )
     assert (image["status"]["digest"], image["status"]["imageRef"]) == (DIGEST, f"{ref}@{DIGEST}")
     assert eventually(lambda: _deployment_image(kubectl, namespace, "first"), timeout=30) == f"{ref}@{DIGEST}"
-    status = kubectl.get("glmd", "first", namespace)["status"]
-    assert status["plan"]["imageDigest"] == DIGEST
-    assert _condition(kubectl, namespace, "first", "ImageBuilding")["reason"] == "Built"
+    # The workload is applied before the status that records it is written: wait for the status too.
+    pinned = eventually(
+        lambda: kubectl.get("glmd", "first", namespace)["status"]["plan"].get("imageDigest"),
+        timeout=30,
+        what="status.plan.imageDigest",
+    )
+    assert pinned == DIGEST
+    assert eventually(
+        lambda: _condition(kubectl, namespace, "first", "ImageBuilding")["reason"] == "Built",
+        timeout=30,
+        what="ImageBuilding to say Built",
+    )
 
     _apply(kubectl, namespace, "second", "0.33.0")
     assert eventually(lambda: _deployment_image(kubectl, namespace, "second"), timeout=30) == f"{ref}@{DIGEST}"
