@@ -215,4 +215,9 @@ def test_a_ready_pod_that_degrades_is_taken_out_after_consecutive_failed_recheck
     current = eventually(out_of_service, timeout=120, what="the degraded pod to be taken out")
     assert _conds(current)["glmops.dev/canary"]["reason"] == "CanaryFailed"
     assert "null-content" in _conds(current)["glmops.dev/canary"]["message"]
-    assert kubectl.get("glmd", "degrades", namespace)["status"]["readyReplicas"] == 0
+    # readyReplicas follows the Deployment's status, which follows the pod: wait for it rather than read it once.
+    assert eventually(
+        lambda: kubectl.get("glmd", "degrades", namespace)["status"]["readyReplicas"] == 0,
+        timeout=60,
+        what="readyReplicas 0",
+    )
