@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -42,36 +43,42 @@ def vllm_version(request: pytest.FixtureRequest) -> str:
 RunInVllm = Callable[..., dict[str, Any]]
 
 
+def run_vllm(
+    version: str,
+    code: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    extra_path: list[Path] | None = None,
+    plugin_src: bool = True,
+) -> dict[str, Any]:
+    """Run `code` in a fresh interpreter that imports the real vLLM `version`; `code` sets `result` (JSON)."""
+    root = vllm_source(version)
+    path = [root, *(extra_path or []), *([PLUGIN_SRC] if plugin_src else [])]
+    script = "import json, sys\nresult = {}\n" + code + "\nprint('@@RESULT@@' + json.dumps(result))\n"
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(str(p) for p in path),
+        "VLLM_LOGGING_LEVEL": "INFO",
+        **(env or {}),
+    }
+    proc = subprocess.run([sys.executable, "-c", script], env=full_env, capture_output=True, text=True, timeout=timeout)
+    marker = [line for line in proc.stdout.splitlines() if line.startswith("@@RESULT@@")]
+    if proc.returncode != 0 or not marker:
+        return {"error": True, "returncode": proc.returncode, "stderr": proc.stderr[-6000:], "stdout": proc.stdout}
+    out: dict[str, Any] = json.loads(marker[-1][len("@@RESULT@@") :])
+    out["stderr"] = proc.stderr
+    out["stdout"] = proc.stdout
+    return out
+
+
+def run_each_version(code: str) -> dict[str, dict[str, Any]]:
+    """`run_vllm(version, code)` for every proven version whose sources are here, side by side (imports are slow)."""
+    available = [v for v in PROVEN_VERSIONS if (SOURCES / v / ".complete").is_file()]
+    with ThreadPoolExecutor(max_workers=len(available) or 1) as pool:
+        return dict(zip(available, pool.map(lambda v: run_vllm(v, code), available), strict=True))
+
+
 @pytest.fixture
 def run_in_vllm() -> RunInVllm:
-    """Run `code` in a fresh interpreter that imports the real vLLM `version`; `code` sets `result` (JSON)."""
-
-    def run(
-        version: str,
-        code: str,
-        env: dict[str, str] | None = None,
-        timeout: float = 300,
-        extra_path: list[Path] | None = None,
-        plugin_src: bool = True,
-    ) -> dict[str, Any]:
-        root = vllm_source(version)
-        path = [root, *(extra_path or []), *([PLUGIN_SRC] if plugin_src else [])]
-        script = "import json, sys\nresult = {}\n" + code + "\nprint('@@RESULT@@' + json.dumps(result))\n"
-        full_env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(str(p) for p in path),
-            "VLLM_LOGGING_LEVEL": "INFO",
-            **(env or {}),
-        }
-        proc = subprocess.run(
-            [sys.executable, "-c", script], env=full_env, capture_output=True, text=True, timeout=timeout
-        )
-        marker = [line for line in proc.stdout.splitlines() if line.startswith("@@RESULT@@")]
-        if proc.returncode != 0 or not marker:
-            return {"error": True, "returncode": proc.returncode, "stderr": proc.stderr[-6000:], "stdout": proc.stdout}
-        out: dict[str, Any] = json.loads(marker[-1][len("@@RESULT@@") :])
-        out["stderr"] = proc.stderr
-        out["stdout"] = proc.stdout
-        return out
-
-    return run
+    """`run_vllm` as a fixture."""
+    return run_vllm

@@ -22,7 +22,7 @@ _RUNNER = """
 import traceback
 from glmops_vllm_patches import plugin
 for _name, _code in CHECKS.items():
-    plugin._outcomes.clear()
+    plugin.forget()
     _ns = {"result": {}}
     try:
         exec(compile(_code, "<check " + _name + ">", "exec"), _ns)

@@ -8,7 +8,6 @@ import importlib.util
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -16,9 +15,9 @@ import torch
 from glmops_vllm_patches import ops_dsa, static
 from glmops_vllm_patches.base import Context
 from glmops_vllm_patches.patch_dsa_pp_topk_handoff import INFO, PATCH
-from glmops_vllm_patches.version import PROVEN_VERSIONS, Version
+from glmops_vllm_patches.version import Version
 
-from tests.plugin.conftest import PLUGIN_SRC, REPO, SOURCES, RunInVllm, vllm_source
+from tests.plugin.conftest import PLUGIN_SRC, REPO, run_each_version, vllm_source
 
 PROOF = REPO / "images" / "vllm-patches" / "proof" / "dsa_pp_dist.py"
 GLM5 = {"freq": 4, "offset": 3, "pattern": None}
@@ -188,13 +187,10 @@ _runtime_cache: dict[str, dict[str, Any]] = {}
 
 
 @pytest.fixture
-def runtime(run_in_vllm: RunInVllm, vllm_version: str) -> dict[str, Any]:
+def runtime(vllm_version: str) -> dict[str, Any]:
     """One subprocess per version does every runtime check; all versions start at once (imports are slow)."""
     if not _runtime_cache:
-        available = [v for v in PROVEN_VERSIONS if (SOURCES / v / ".complete").is_file()]
-        with ThreadPoolExecutor(max_workers=len(available) or 1) as pool:
-            for v, res in zip(available, pool.map(lambda v: run_in_vllm(v, RUNTIME), available), strict=True):
-                _runtime_cache[v] = res
+        _runtime_cache.update(run_each_version(RUNTIME))
     vllm_source(vllm_version)
     res = _runtime_cache[vllm_version]
     assert not res.get("error"), res.get("stderr")

@@ -6,11 +6,9 @@ grouped kernel (it indexes LOCAL weights by the ids it gets), partial outputs su
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +31,7 @@ from glmops_vllm_patches.version import PROVEN_VERSIONS, Version
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.plugin.conftest import PLUGIN_SRC, vllm_source
+from tests.plugin.conftest import run_each_version, vllm_source
 
 REPO = Path(__file__).resolve().parents[2]
 PATCH = moe_patch.PATCH
@@ -364,19 +362,7 @@ def runtime() -> dict[str, dict[str, Any]]:
     for version in PROVEN_VERSIONS:
         vllm_source(version)
 
-    def one(version: str) -> dict[str, Any]:
-        root = vllm_source(version)
-        script = "import json, sys\nresult = {}\n" + RUNTIME + "\nprint('@@RESULT@@' + json.dumps(result))\n"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(PLUGIN_SRC)]), "VLLM_LOGGING_LEVEL": "INFO"}
-        proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-        marker = [line for line in proc.stdout.splitlines() if line.startswith("@@RESULT@@")]
-        if proc.returncode != 0 or not marker:
-            return {"error": True, "stderr": proc.stderr[-6000:], "stdout": proc.stdout[-2000:]}
-        out: dict[str, Any] = json.loads(marker[-1][len("@@RESULT@@") :])
-        return out
-
-    with ThreadPoolExecutor(max_workers=len(PROVEN_VERSIONS)) as pool:
-        return dict(zip(PROVEN_VERSIONS, pool.map(one, PROVEN_VERSIONS), strict=True))
+    return run_each_version(RUNTIME)
 
 
 def _result(runtime: dict[str, dict[str, Any]], version: str) -> dict[str, Any]:
