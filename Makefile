@@ -42,9 +42,14 @@ check: venv
 	@.venv/bin/ruff check operator tests images/vllm-patches bench
 	@.venv/bin/ruff format --check --quiet operator tests images/vllm-patches bench
 
+# The real sources of every supported vLLM version: tests/vllm_source checks every fact the rules rely on against them.
+.PHONY: vllm-sources
+vllm-sources: venv
+	@PYTHON=$(PY) hack/vllm-sources.sh >/dev/null
+
 .PHONY: test
-test: venv tools check
-	@.venv/bin/pytest -p no:cacheprovider $(PYTEST_ARGS)
+test: venv tools check vllm-sources
+	@GLMOPS_REQUIRE_VLLM_SRC=1 .venv/bin/pytest -p no:cacheprovider $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory plugin-test
 
 # The vLLM patch plugin is proven in its own environment (torch on the CPU, vLLM's Python dependencies, the

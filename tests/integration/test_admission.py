@@ -11,6 +11,7 @@ import yaml
 
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually
+from tests.support.source_corrections import SOURCE_CORRECTIONS
 
 pytestmark = pytest.mark.cluster
 SAMPLES = REPO / "samples"
@@ -216,3 +217,16 @@ def test_a_catalog_configmap_extends_what_admission_knows(kubectl: Kubectl, name
         eventually(known, timeout=30, what="the operator to read the catalog ConfigMap")
     finally:
         kubectl.run("delete", "configmap", "glmops-catalog", "-n", CATALOG_NAMESPACE, check=False)
+
+
+@pytest.mark.parametrize(
+    "builder, refusal", [c[1:] for c in SOURCE_CORRECTIONS], ids=[c[0] for c in SOURCE_CORRECTIONS]
+)
+def test_decisions_corrected_from_the_vllm_source_hold_at_the_api_server(
+    kubectl: Kubectl, namespace: str, builder: B, refusal: str | None
+) -> None:
+    result = kubectl.apply(builder.build(), "-n", namespace, check=False)
+    if refusal is None:
+        assert result.returncode == 0, result.stderr
+    else:
+        assert result.returncode != 0 and refusal in result.stderr, result.stderr

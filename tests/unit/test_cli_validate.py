@@ -11,6 +11,7 @@ import yaml
 
 from glm_operator.cli.main import main
 from tests.support.cluster import REPO
+from tests.support.source_corrections import SOURCE_CORRECTIONS
 
 SAMPLES = REPO / "samples"
 
@@ -71,3 +72,14 @@ def test_unreadable_input_or_unknown_kind_exits_2(
 def test_missing_file_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", "/nonexistent/x.yaml"]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_validate_decides_the_source_corrections_as_the_webhook_does(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    for name, builder, refusal in SOURCE_CORRECTIONS:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(builder.build()))
+        assert main(["validate", str(path)]) == (0 if refusal is None else 1), name
+        out = capsys.readouterr().out
+        assert refusal is None or refusal in out, out

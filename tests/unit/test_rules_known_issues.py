@@ -70,13 +70,16 @@ def test_58729_marlin_backend_does_not_avoid_it_and_the_message_says_so() -> Non
     [
         ("auto", False),
         ("allgather_reducescatter", False),
-        ("deepep_low_latency", False),
+        ("pplx", False),
+        ("deepep_low_latency", True),
+        ("nixl_ep", True),
         ("deepep_high_throughput", True),
         ("flashinfer_nvlink_two_sided", True),
+        ("flashinfer_all2allv", True),
         ("flashinfer_nvlink_one_sided", True),
     ],
 )
-def test_58729_from_0_32_only_unguarded_all_to_all_backends_break(backend: str, broken: bool) -> None:
+def test_58729_from_0_32_only_layouts_the_experts_cannot_take_break(backend: str, broken: bool) -> None:
     obj = mxfp4_ep("vllm/vllm-openai:v0.32.0").set("spec.engine.all2allBackend", backend).build()
     hit = rules_hit(obj)
     assert ("vllm-58729" in hit) == broken
@@ -95,6 +98,11 @@ def test_58729_from_0_32_only_unguarded_all_to_all_backends_break(backend: str, 
         ("0.33.0", "flashinfer_nvlink_one_sided", True, False),
         ("0.33.0", "flashinfer_nvlink_two_sided", True, True),
         ("0.33.0", "flashinfer_all2allv", True, True),
+        ("0.30.0", "deepep_low_latency", False, True),
+        ("0.30.0", "nixl_ep", True, True),
+        ("0.33.0", "deepep_low_latency", True, True),
+        ("0.33.0", "nixl_ep", False, True),
+        ("0.33.0", "deepep_v2", True, False),
     ],
 )
 def test_58729_patched_image_admits_layouts_its_plugin_serves_and_refuses_those_it_would_stop(
@@ -109,7 +117,8 @@ def test_58729_patched_image_admits_layouts_its_plugin_serves_and_refuses_those_
         finding = hit["vllm-58729"]
         assert finding.field == "spec.engine.all2allBackend"
         assert "glmops' patch refuses to start the server" in finding.message
-        assert ("GLMOPS_MOE_MXFP4_BACKEND=marlin" in finding.message) == (backend == "deepep_high_throughput")
+        marlin_takes = backend in ("deepep_high_throughput", "flashinfer_nvlink_one_sided")
+        assert ("GLMOPS_MOE_MXFP4_BACKEND=marlin" in finding.message) == marlin_takes
 
 
 def test_58729_stock_0_33_with_deepep_ht_says_vllm_fails_after_loading_and_names_the_fix() -> None:
@@ -173,10 +182,22 @@ def test_63170_explicit_good_partition_on_a_stock_image_is_clean() -> None:
     assert rules_hit(pp(2).tensor(4).env("VLLM_PP_LAYER_PARTITION", "38,40").build()) == {}
 
 
-@pytest.mark.parametrize("value, why", [("38", "has 1 entries"), ("38,41", "sums to 79"), ("a,b", "integers")])
-def test_63170_malformed_partition_says_vllm_would_refuse_it(value: str, why: str) -> None:
+@pytest.mark.parametrize(
+    "value, why, outcome",
+    [
+        ("38", "has 1 entries", "so vLLM refuses to start"),
+        ("38,41", "sums to 79", "so vLLM refuses to start"),
+        ("a,b", "integers", "so vLLM refuses to start"),
+        ("", "integers", "so vLLM refuses to start"),
+        ("0,78", "fewer than one layer", "vLLM checks only the count and the sum, so it starts loading and then fails"),
+        ("-1,79", "fewer than one layer", "a negative size makes stages overlap"),
+    ],
+)
+def test_63170_malformed_partition_says_what_vllm_then_does(value: str, why: str, outcome: str) -> None:
     finding = rules_hit(pp(2).tensor(4).env("VLLM_PP_LAYER_PARTITION", value).build())["vllm-63170"]
-    assert why in finding.message and "vLLM refuses to start" in finding.message
+    assert why in finding.message and outcome in finding.message
+    if value in ("0,78", "-1,79"):
+        assert "refuses to start" not in finding.message
 
 
 def test_63170_patched_image_is_clean_with_the_default_split() -> None:
@@ -244,3 +265,99 @@ def test_52833_without_expert_parallelism_warns_of_the_unexplained_crash() -> No
     findings = evaluate(obj.build(), CATALOGS)
     warning = next(f for f in findings if f.rule == "vllm-52833")
     assert warning.severity == "warning" and "hipErrorIllegalAddress" in warning.message
+
+
+# --- Decisions corrected from vLLM's source (catalog/vllm_facts.py) ------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
+@pytest.mark.parametrize("backend", ["deepep_high_throughput", "deepep_low_latency", "flashinfer_nvlink_two_sided"])
+def test_58729_tensor_only_expert_parallelism_builds_no_all_to_all_so_the_backend_is_not_refused(
+    version: str, backend: str
+) -> None:
+    obj = B().model("RedHatAI/GLM-5.3-MXFP4").accelerator("B200", 8).tensor(8).expert()
+    obj = obj.image(f"vllm/vllm-openai:v{version}").set("spec.engine.all2allBackend", backend)
+    assert "vllm-58729" not in rules_hit(obj.build())
+
+
+def test_58729_tensor_only_expert_parallelism_still_misroutes_below_0_32() -> None:
+    obj = B().model("RedHatAI/GLM-5.3-MXFP4").accelerator("B200", 8).tensor(8).expert()
+    hit = rules_hit(obj.image("vllm/vllm-openai:v0.31.0").build())
+    assert hit["vllm-58729"].field == "spec.parallelism.expert"
+
+
+@pytest.mark.parametrize("version", ["0.27.1", "0.33.0"])
+@pytest.mark.parametrize("marlin", [False, True])
+@pytest.mark.parametrize("backend", ["deepep_low_latency", "nixl_ep"])
+def test_58729_batched_layouts_are_refused_on_stock_and_patched_images_alike(
+    version: str, marlin: bool, backend: str
+) -> None:
+    patched = mxfp4_ep(None).vllm(version).set("spec.engine.all2allBackend", backend)
+    if marlin:
+        patched = patched.env("GLMOPS_MOE_MXFP4_BACKEND", "marlin")
+    finding = rules_hit(patched.build())["vllm-58729"]
+    assert "batched activation format" in finding.message and "GLMOPS_MOE_MXFP4_BACKEND=marlin" not in finding.message
+    stock = rules_hit(mxfp4_ep(f"vllm/vllm-openai:v{version}").set("spec.engine.all2allBackend", backend).build())
+    assert "vllm-58729" in stock
+
+
+@pytest.mark.parametrize("gpu", ["MI355X", "MI300X"])
+def test_compressed_tensors_mxfp4_is_refused_on_rocm_because_marlin_needs_cuda(gpu: str) -> None:
+    obj = B().model("RedHatAI/GLM-5.3-MXFP4").accelerator(gpu).tensor(8).build()
+    errors = [f for f in evaluate(obj, CATALOGS) if f.severity == "error" and f.rule == "feasibility/format"]
+    assert len(errors) == 1 and errors[0].field == "spec.accelerator.type"
+    if gpu == "MI355X":
+        assert "falls back to the Marlin experts, which need CUDA" in errors[0].message
+
+
+@pytest.mark.parametrize("value", ["0", "false", "False", "FALSE", "no", ""])
+@pytest.mark.parametrize("mode", ["Auto", "Reject"])
+def test_52833_an_explicit_off_in_any_spelling_vllm_reads_as_off_is_accepted(value: str, mode: str) -> None:
+    obj = mi355().remediation(mode).env("VLLM_ROCM_USE_AITER_FP4BMM", value).env("VLLM_ROCM_USE_AITER_FP8BMM", value)
+    result = admit(obj.build(), CATALOGS)
+    assert result.allowed, [e.message for e in result.errors]
+    assert not result.changes
+
+
+@pytest.mark.parametrize("value", ["1", "true", "TRUE"])
+def test_52833_an_explicit_on_in_any_spelling_is_refused(value: str) -> None:
+    obj = mi355().env("VLLM_ROCM_USE_AITER_FP4BMM", "0").env("VLLM_ROCM_USE_AITER_FP8BMM", value)
+    result = admit(obj.build(), CATALOGS)
+    assert not result.allowed and result.errors[0].field == "spec.engine.env[1].value"
+
+
+@pytest.mark.parametrize("master", ["0", "false", "off"])
+def test_52833_does_not_fire_with_the_aiter_master_switch_off(master: str) -> None:
+    assert "vllm-52833" not in rules_hit(mi355().env("VLLM_ROCM_USE_AITER", master).build())
+
+
+def test_52833_fires_with_the_master_switch_on_explicitly_or_left_to_glmops() -> None:
+    assert "vllm-52833" in rules_hit(mi355().env("VLLM_ROCM_USE_AITER", "True").build())
+    assert "vllm-52833" in rules_hit(mi355().build())
+
+
+def test_52833_on_0_33_only_a_switch_turned_on_brings_it_back() -> None:
+    assert "vllm-52833" not in rules_hit(mi355("0.33.0").build())
+    hit = rules_hit(mi355("0.33.0").env("VLLM_ROCM_USE_AITER_FP4BMM", "1").build())
+    assert "AITER's FP4 BMM" in hit["vllm-52833"].message
+
+
+@pytest.mark.parametrize(
+    "model, broken",
+    [
+        ("zai-org/GLM-5.2", True),
+        ("zai-org/GLM-5.3-BF16", True),
+        ("zai-org/GLM-5.1", True),
+        ("zai-org/GLM-5.2-FP8", False),
+        ("zai-org/GLM-5.3", False),
+    ],
+)
+def test_52833_bf16_checkpoints_take_the_same_requantisation_fp8_ones_do_not(model: str, broken: bool) -> None:
+    obj = mi355().model(model).data(2).build()  # BF16 weights need 16 GPUs
+    assert ("vllm-52833" in rules_hit(obj)) == broken
+
+
+def test_52833_patched_image_is_clean_unless_a_switch_is_turned_on_explicitly() -> None:
+    patched = mi355().drop("spec.engine.image").vllm("0.30.0")
+    assert "vllm-52833" not in rules_hit(patched.build())
+    assert "vllm-52833" in rules_hit(patched.env("VLLM_ROCM_USE_AITER_FP8BMM", "1").build())

@@ -17,6 +17,11 @@ class FormatInfo(BaseModel):
     supported: tuple[str, ...]
     warn: dict[str, str] = {}
     why: str = ""
+    refuse: dict[str, str] = {}
+
+    def why_not(self, family: str) -> str:
+        """Why this format does not run on an unsupported architecture family."""
+        return self.refuse.get(family, self.why)
 
 
 @cache

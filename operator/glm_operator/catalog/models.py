@@ -43,6 +43,10 @@ class ModelInfo(BaseModel):
         """
         return max(layer - self.index_skip_topk_offset + 1, 0) % self.index_topk_freq == 0
 
+    def mla_in_bf16(self) -> bool:
+        """Whether the MLA `kv_b_proj` weight is BF16: a BF16 checkpoint, or one keeping MLA attention in BF16."""
+        return self.format == "bf16" or "mla-attention" in self.bf16_modules
+
     def computing_layers(self) -> list[int]:
         return [i for i in range(self.layers) if self.computes_topk(i)]
 

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 
 from glm_operator.api import GLMDeployment
+from glm_operator.api.constants import ROCM_AITER_ENV, ROCM_AITER_RENDERED
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.rules.context import resolve
 
@@ -115,9 +116,9 @@ def _env(glmd: GLMDeployment, platform: str, patches: tuple[str, ...]) -> tuple[
     env = [{"name": v.name, "value": v.value} for v in glmd.spec.engine.env]
     names = {v["name"] for v in env}
     notes = []
-    if platform == "rocm" and "VLLM_ROCM_USE_AITER" not in names:
+    if platform == "rocm" and ROCM_AITER_ENV not in names:
         # ROCm sparse MLA (DSA) runs on AITER kernels only.
-        env.append({"name": "VLLM_ROCM_USE_AITER", "value": "1"})
+        env.append({"name": ROCM_AITER_ENV, "value": ROCM_AITER_RENDERED})
         notes.append("VLLM_ROCM_USE_AITER=1: ROCm sparse attention needs AITER")
     if patches:
         plugins = glmd.spec.engine.env_value("VLLM_PLUGINS")

@@ -1,95 +1,27 @@
-"""vLLM backend names per version and platform (from each release's config Literals)."""
+"""vLLM backend names per version (`catalog/vllm_facts.py`, read from each release's config Literals) and platform."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
+from glm_operator.catalog import vllm_facts as facts
 from glm_operator.catalog.versions import Version
 
-_MOE_ALL = {
-    "auto",
-    "triton",
-    "batched_triton",
-    "deep_gemm",
-    "deep_gemm_mega_moe",
-    "cutlass",
-    "flashinfer_trtllm",
-    "flashinfer_cutlass",
-    "flashinfer_cutedsl",
-    "flashinfer_b12x",
-    "marlin",
-    "humming",
-    "triton_unfused",
-    "aiter",
-    "flydsl",
-    "hpc",
-    "emulation",
-}
-# (first version, last version exclusive or None, names)
-_MOE_ADDED = [
-    ("0.30.0", None, {"b12x", "aiter_triton_mxfp4_bf16", "rdna3", "flashinfer_moe_ep_mega_deep_gemm"}),
-    ("0.30.0", "0.32.0", {"flashinfer_moe_ep_mega_cutedsl"}),
-    ("0.32.0", None, {"flashinfer_moe_ep_cutedsl", "aiter_mega_moe"}),
-    ("0.33.0", None, {"aiter_triton_mxfp4_mxfp4"}),
-]
-_A2A_ALL = {
-    "naive",
-    "pplx",
-    "allgather_reducescatter",
-    "deepep_high_throughput",
-    "deepep_low_latency",
-    "deepep_v2",
-    "mori_high_throughput",
-    "mori_low_latency",
-    "nixl_ep",
-    "flashinfer_all2allv",
-    "flashinfer_nvlink_two_sided",
-    "flashinfer_nvlink_one_sided",
-}
-_A2A_ADDED = [("0.31.0", None, {"moonep"}), ("0.32.0", None, {"passthrough"})]
-_KV_ALL = {
-    "auto",
-    "float16",
-    "bfloat16",
-    "fp8",
-    "fp8_e4m3",
-    "fp8_e5m2",
-    "fp8_inc",
-    "fp8_ds_mla",
-    "turboquant_k8v4",
-    "turboquant_4bit_nc",
-    "turboquant_k3v4_nc",
-    "turboquant_3bit_nc",
-    "int4_per_token_head",
-    "int8_per_token_head",
-    "fp8_per_token_head",
-    "nvfp4",
-}
-_KV_ADDED = [
-    ("0.30.0", None, {"nvfp4_ds_mla", "nvfp4_4over6"}),
-    ("0.32.0", None, {"ultraquant_4bit"}),
-    ("0.33.0", None, {"octave_k3v4", "octave_k3v3", "octave_k3v3_compact"}),
-]
 
-
-def _names(base: set[str], added: Sequence[tuple[str, str | None, set[str]]], version: Version | None) -> set[str]:
-    names = set(base)
-    for low, high, extra in added:
-        if version is None or (version >= Version.parse(low) and (high is None or version < Version.parse(high))):
-            names |= extra
-    return names
+def _every_version(fact: facts.Fact[frozenset[str]]) -> frozenset[str]:
+    """An unknown version accepts any name some supported version accepts (its own check is vLLM's)."""
+    return frozenset().union(*(names for _first, names in fact.since))
 
 
 def moe_backends(version: Version | None) -> set[str]:
-    return _names(_MOE_ALL, _MOE_ADDED, version)
+    return set(facts.MOE_BACKENDS.at(version) if version else _every_version(facts.MOE_BACKENDS))
 
 
 def all2all_backends(version: Version | None) -> set[str]:
-    return _names(_A2A_ALL, _A2A_ADDED, version) | {"auto"}
+    names = facts.ALL2ALL_BACKENDS.at(version) if version else _every_version(facts.ALL2ALL_BACKENDS)
+    return set(names - facts.ALL2ALL_CLI_REMOVED.at(version)) | {"auto"}
 
 
 def kv_cache_dtypes(version: Version | None) -> set[str]:
-    return _names(_KV_ALL, _KV_ADDED, version)
+    return set(facts.KV_CACHE_DTYPES.at(version) if version else _every_version(facts.KV_CACHE_DTYPES))
 
 
 def platform_of_moe_backend(name: str) -> str | None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from glm_operator.catalog import vllm_facts
 from glm_operator.rules.feasibility import FEASIBILITY_CHECKS
 from glm_operator.rules.registry import KNOWN_ISSUES
+
+FACTS_BY_ID = {f.id: f for f in vllm_facts.FACTS}
 
 
 def render_rules_md() -> str:
@@ -29,10 +32,41 @@ def render_rules_md() -> str:
             f"- Neutralised by the image patch: `{rule.patch}`",
             f"- Remedy: {rule.remedy}",
             f"- Remove when: {rule.remove_when}",
+            f"- Exact condition: {rule.condition}",
+            f"- Read from vLLM's source: {', '.join(f'[`{f}`](#{f})' for f in rule.facts)}",
             "",
         ]
+    out += _facts_md()
     out += ["## Feasibility checks (rule `feasibility/...`)", ""]
     for check in FEASIBILITY_CHECKS:
         doc = (check.__doc__ or "").strip().splitlines()[0]
         out.append(f"- `{check.__name__}`: {doc}")
     return "\n".join(out) + "\n"
+
+
+def _facts_md() -> list[str]:
+    """Every vLLM fact with its value per version range and its source lines per supported version."""
+    out = [
+        "## Facts read from vLLM's source",
+        "",
+        "Recorded in `operator/glm_operator/catalog/vllm_facts.py`; `tests/vllm_source/` reads each back from the",
+        "source of every supported version (paths are relative to the `vllm/` package of the PyPI wheel).",
+        "",
+    ]
+    for fact in vllm_facts.FACTS:
+        out += [f'### <a id="{fact.id}"></a>`{fact.id}`', "", fact.claim, ""]
+        if len(fact.since) == 1:
+            out += [f"- Every supported version: `{_show(fact.since[0][1])}`", ""]
+        else:
+            out += [f"- From {first}: `{_show(value)}`" for first, value in fact.since]
+            out.append("")
+        out += ["| vLLM | source |", "|---|---|"]
+        out += [f"| {version} | `{where}` |" for version, where in fact.where.items()]
+        out.append("")
+    return out
+
+
+def _show(value: object) -> str:
+    if isinstance(value, frozenset):
+        return ", ".join(sorted(value)) or "(none)"
+    return str(value)

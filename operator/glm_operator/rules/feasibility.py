@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from glm_operator.catalog import vllm_facts as facts
 from glm_operator.rules.backends import (
     all2all_backends,
     kv_cache_dtypes,
@@ -104,17 +105,17 @@ def gpus_fit_nodes(ctx: Context) -> list[Finding]:
 
 
 def expert_needs_ranks(ctx: Context) -> list[Finding]:
-    """Expert parallelism needs tensor x data > 1."""
+    """Expert parallelism with tensor x data = 1 is silently turned off by vLLM (a warning)."""
     p = ctx.spec.parallelism
-    if p.expert and p.tensor * p.data <= 1:
+    if p.expert and not facts.expert_parallel_active(p.tensor, p.data, p.expert):
         return [
             _f(
                 "expert-parallel",
-                "error",
+                "warning",
                 "spec.parallelism.expert",
                 "true",
-                "expert parallelism needs tensor x data > 1, here it is 1",
-                "Set expert: false, or raise parallelism.data or parallelism.tensor",
+                "with tensor x data = 1 vLLM turns expert parallelism off without a word (FusedMoEParallelConfig.make)",
+                "Set expert: false, or raise parallelism.data or parallelism.tensor to shard the experts",
             )
         ]
     return []
@@ -161,11 +162,40 @@ def format_on_architecture(ctx: Context) -> list[Finding]:
                 "error",
                 "spec.accelerator.type",
                 ctx.accelerator.name,
-                f"{ctx.model.model.name} is {fmt.description}, which does not run on {family}: {fmt.why}",
+                f"{ctx.model.model.name} is {fmt.description}, which does not run on {family}: {fmt.why_not(family)}",
                 f"Use an accelerator of {', '.join(fmt.supported)} or another checkpoint of {ctx.model.model.family}",
             )
         ]
     return []
+
+
+def mxfp4_moe_layout(ctx: Context) -> list[Finding]:
+    """Off SM100 the MXFP4 MoE runs on Marlin, which takes neither batched nor FlashInfer two-sided all-to-all."""
+    p = ctx.spec.parallelism
+    if (
+        ctx.model is None
+        or ctx.model.model.format != "compressed-tensors-mxfp4-w4a4"
+        or ctx.platform != "cuda"
+        or ctx.accelerator.arch_family == "sm100"  # the Cutlass experts: rule vllm-58729
+        or not facts.all2all_kernels_built(p.tensor, p.data, p.expert)
+    ):
+        return []
+    backend = facts.effective_all2all(ctx.spec.engine.all2all_backend, ctx.version)
+    batched = backend in facts.MOE_BATCHED_ALL2ALL.at(ctx.version)
+    if not batched and backend not in facts.MARLIN_REJECTED_ALL2ALL.at(ctx.version):
+        return []
+    layout = "the batched activation format" if batched else "the FlashInfer two-sided layout"
+    return [
+        _f(
+            "moe-layout",
+            "error",
+            "spec.engine.all2allBackend",
+            ctx.spec.engine.all2all_backend,
+            f"on {ctx.accelerator.name} vLLM runs the MXFP4 MoE of {ctx.model.model.name} on its Marlin experts, which "
+            f"cannot take {layout} of this all-to-all backend, so vLLM fails after loading every weight",
+            "Use all2allBackend auto (allgather_reducescatter)",
+        )
+    ]
 
 
 def mtp_needs_layers(ctx: Context) -> list[Finding]:
@@ -352,6 +382,7 @@ FEASIBILITY_CHECKS = (
     model_known,
     gpus_fit_nodes,
     expert_needs_ranks,
+    mxfp4_moe_layout,
     pipeline_fits_layers,
     format_on_architecture,
     mtp_needs_layers,

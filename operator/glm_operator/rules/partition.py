@@ -27,17 +27,22 @@ def vllm_default_split(layers: int, pp: int) -> list[int]:
 
 
 def parse_partition(text: str, layers: int, pp: int) -> list[int]:
-    """Parse VLLM_PP_LAYER_PARTITION as vLLM does; raise ValueError saying what is wrong."""
+    """Parse VLLM_PP_LAYER_PARTITION as vLLM's `get_pp_indices` does; raise ValueError saying what is wrong and
+    what vLLM then does (it checks the count and the sum only: vllm_facts.PP_DEFAULT_SPLIT)."""
     try:
         sizes = [int(part) for part in text.split(",")]
     except ValueError:
-        raise ValueError(f"must be {pp} comma-separated integers") from None
+        raise ValueError(f"must be {pp} comma-separated integers, so vLLM refuses to start") from None
     if len(sizes) != pp:
-        raise ValueError(f"has {len(sizes)} entries but pipeline parallel size is {pp}")
-    if any(s < 1 for s in sizes):
-        raise ValueError("every stage needs at least one layer")
+        raise ValueError(f"has {len(sizes)} entries but pipeline parallel size is {pp}, so vLLM refuses to start")
     if sum(sizes) != layers:
-        raise ValueError(f"sums to {sum(sizes)} but the model has {layers} layers")
+        raise ValueError(f"sums to {sum(sizes)} but the model has {layers} layers, so vLLM refuses to start")
+    if any(s < 1 for s in sizes):
+        raise ValueError(
+            "gives a stage fewer than one layer; vLLM checks only the count and the sum, so it starts loading and "
+            "then fails (an empty stage breaks KV-cache sizing or the first request; a negative size makes stages "
+            "overlap)"
+        )
     return sizes
 
 

@@ -1,0 +1,518 @@
+"""What glmops' rules rely on in vLLM's own source, per supported vLLM version, each with where it was read.
+
+Every fact here is read back from the real source of every version in the image catalog by
+`tests/vllm_source/` (the PyPI wheels, unpacked by `hack/vllm-sources.sh`): a version added to the catalog
+fails those tests until each fact has been checked for it, and a fact that moved fails where it moved.
+`where` gives, per version, `file:line` relative to the `vllm/` package; `docs/rules.md` prints them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from glm_operator.catalog.versions import Version
+
+T = TypeVar("T", covariant=True)
+
+
+@dataclass(frozen=True)
+class Fact(Generic[T]):
+    """One fact about vLLM: its value from each first version on, and where each version states it."""
+
+    id: str
+    claim: str
+    since: tuple[tuple[str, T], ...]  # (first version it holds in, value), oldest first
+    where: Mapping[str, str]  # version -> "file:line[, file:line]" (relative to the vllm package)
+
+    def at(self, version: Version | None) -> T:
+        """The value in `version`: the newest range starting at or before it (the oldest for older versions,
+        the newest for an unknown version)."""
+        value = self.since[0][1]
+        for first, candidate in self.since:
+            if version is None or version >= Version.parse(first):
+                value = candidate
+        return value
+
+
+def _with(base: frozenset[str], *added: str, removed: tuple[str, ...] = ()) -> frozenset[str]:
+    return (base | frozenset(added)) - frozenset(removed)
+
+
+# --- Backend names (each release's config Literals) ---------------------------------------------------------------
+
+_A2A = frozenset(
+    {
+        "naive",
+        "pplx",
+        "deepep_high_throughput",
+        "deepep_low_latency",
+        "deepep_v2",
+        "mori_high_throughput",
+        "mori_low_latency",
+        "nixl_ep",
+        "allgather_reducescatter",
+        "flashinfer_all2allv",
+        "flashinfer_nvlink_two_sided",
+        "flashinfer_nvlink_one_sided",
+    }
+)
+ALL2ALL_BACKENDS = Fact(
+    id="all2all-backends",
+    claim="The names `--all2all-backend` accepts (the `All2AllBackend` Literal).",
+    since=(
+        ("0.27.1", _A2A),
+        ("0.31.0", _with(_A2A, "moonep")),
+        ("0.32.0", _with(_A2A, "moonep", "passthrough")),
+    ),
+    where={
+        "0.27.1": "config/parallel.py:42",
+        "0.30.0": "config/parallel.py:42",
+        "0.31.0": "config/parallel.py:44",
+        "0.32.0": "config/parallel.py:44",
+        "0.33.0": "config/parallel.py:45",
+    },
+)
+ALL2ALL_CLI_REMOVED = Fact(
+    id="all2all-cli-removed",
+    claim="Literal names the command line removes from `--all2all-backend`'s choices (set by vLLM itself).",
+    since=(("0.27.1", frozenset[str]()), ("0.32.0", frozenset({"passthrough"}))),
+    where={
+        "0.27.1": "engine/arg_utils.py (no removal)",
+        "0.30.0": "engine/arg_utils.py (no removal)",
+        "0.31.0": "engine/arg_utils.py (no removal)",
+        "0.32.0": "engine/arg_utils.py:1127",
+        "0.33.0": "engine/arg_utils.py:1159",
+    },
+)
+ALL2ALL_REWRITTEN = Fact(
+    id="all2all-rewritten",
+    claim="All-to-all backends vLLM replaces by `allgather_reducescatter` with a warning.",
+    since=(("0.27.1", frozenset({"pplx", "naive"})),),
+    where={
+        "0.27.1": "config/parallel.py:467",
+        "0.30.0": "config/parallel.py:501",
+        "0.31.0": "config/parallel.py:507",
+        "0.32.0": "config/parallel.py:533",
+        "0.33.0": "config/parallel.py:537",
+    },
+)
+ALL2ALL_DEFAULT = Fact(
+    id="all2all-default",
+    claim="The all-to-all backend when none is given (`ParallelConfig.all2all_backend`).",
+    since=(("0.27.1", "allgather_reducescatter"),),
+    where={
+        "0.27.1": "config/parallel.py:188",
+        "0.30.0": "config/parallel.py:197",
+        "0.31.0": "config/parallel.py:202",
+        "0.32.0": "config/parallel.py:219",
+        "0.33.0": "config/parallel.py:220",
+    },
+)
+
+_MOE = frozenset(
+    {
+        "auto",
+        "triton",
+        "batched_triton",
+        "deep_gemm",
+        "deep_gemm_mega_moe",
+        "cutlass",
+        "flashinfer_trtllm",
+        "flashinfer_cutlass",
+        "flashinfer_cutedsl",
+        "flashinfer_b12x",
+        "marlin",
+        "humming",
+        "triton_unfused",
+        "aiter",
+        "flydsl",
+        "hpc",
+        "emulation",
+    }
+)
+_MOE_030 = _with(
+    _MOE,
+    "b12x",
+    "aiter_triton_mxfp4_bf16",
+    "rdna3",
+    "flashinfer_moe_ep_mega_deep_gemm",
+    "flashinfer_moe_ep_mega_cutedsl",
+)
+_MOE_032 = _with(_MOE_030, "flashinfer_moe_ep_cutedsl", "aiter_mega_moe", removed=("flashinfer_moe_ep_mega_cutedsl",))
+MOE_BACKENDS = Fact(
+    id="moe-backends",
+    claim="The names `--moe-backend` accepts (the `MoEBackend` Literal).",
+    since=(
+        ("0.27.1", _MOE),
+        ("0.30.0", _MOE_030),
+        ("0.32.0", _MOE_032),
+        ("0.33.0", _with(_MOE_032, "aiter_triton_mxfp4_mxfp4")),
+    ),
+    where={
+        "0.27.1": "config/kernel.py:122",
+        "0.30.0": "config/kernel.py:125",
+        "0.31.0": "config/kernel.py:118",
+        "0.32.0": "config/kernel.py:122",
+        "0.33.0": "config/kernel.py:122",
+    },
+)
+
+_KV = frozenset(
+    {
+        "auto",
+        "float16",
+        "bfloat16",
+        "fp8",
+        "fp8_e4m3",
+        "fp8_e5m2",
+        "fp8_inc",
+        "fp8_ds_mla",
+        "turboquant_k8v4",
+        "turboquant_4bit_nc",
+        "turboquant_k3v4_nc",
+        "turboquant_3bit_nc",
+        "int4_per_token_head",
+        "int8_per_token_head",
+        "fp8_per_token_head",
+        "nvfp4",
+    }
+)
+_KV_030 = _with(_KV, "nvfp4_ds_mla", "nvfp4_4over6")
+KV_CACHE_DTYPES = Fact(
+    id="kv-cache-dtypes",
+    claim="The names `--kv-cache-dtype` accepts (the `CacheDType` Literal).",
+    since=(
+        ("0.27.1", _KV),
+        ("0.30.0", _KV_030),
+        ("0.32.0", _with(_KV_030, "ultraquant_4bit")),
+        ("0.33.0", _with(_KV_030, "ultraquant_4bit", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact")),
+    ),
+    where={
+        "0.27.1": "config/cache.py:19",
+        "0.30.0": "config/cache.py:39",
+        "0.31.0": "config/cache.py:39",
+        "0.32.0": "config/cache.py:39",
+        "0.33.0": "config/cache.py:44",
+    },
+)
+
+# --- Expert parallelism and the MoE all-to-all (vllm-58729) -------------------------------------------------------
+
+_FUSED_CONFIG = "model_executor/layers/fused_moe/config.py"
+MOE_USE_EP = Fact(
+    id="moe-use-ep",
+    claim=(
+        "The MoE runs expert-parallel only when `--enable-expert-parallel` is set and data x prefill-context x "
+        "tensor parallel > 1; otherwise the flag is silently ignored (`FusedMoEParallelConfig.make`)."
+    ),
+    since=(("0.27.1", "dp_size_ * pcp_size_ * tp_size_ > 1 and vllm_parallel_config.enable_expert_parallel"),),
+    where={
+        "0.27.1": f"{_FUSED_CONFIG}:1204",
+        "0.30.0": f"{_FUSED_CONFIG}:1212",
+        "0.31.0": f"{_FUSED_CONFIG}:1182",
+        "0.32.0": f"{_FUSED_CONFIG}:1189",
+        "0.33.0": f"{_FUSED_CONFIG}:1198",
+    },
+)
+MOE_ALL2ALL_KERNELS = Fact(
+    id="moe-all2all-kernels",
+    claim=(
+        "All-to-all kernels (so any `--all2all-backend` other than passthrough) are used only with expert "
+        "parallelism plus data or prefill-context parallelism or sequence-parallel MoE "
+        "(`FusedMoEParallelConfig.use_all2all_kernels`)."
+    ),
+    since=(("0.27.1", "self.use_ep and (self.dp_size > 1 or self.pcp_size > 1 or self.is_sequence_parallel)"),),
+    where={
+        "0.27.1": f"{_FUSED_CONFIG}:1052",
+        "0.30.0": f"{_FUSED_CONFIG}:1060",
+        "0.31.0": f"{_FUSED_CONFIG}:1025",
+        "0.32.0": f"{_FUSED_CONFIG}:1026",
+        "0.33.0": f"{_FUSED_CONFIG}:1035",
+    },
+)
+MOE_SEQUENCE_PARALLEL_NEEDS = Fact(
+    id="moe-sequence-parallel",
+    claim=(
+        "Sequence-parallel MoE (the third way to all-to-all kernels) needs expert parallelism, tensor > 1 and "
+        "data > 1 besides an allowed backend (`ParallelConfig.use_sequence_parallel_moe`): without data "
+        "parallelism it is off."
+    ),
+    since=(
+        (
+            "0.27.1",
+            frozenset({"self.enable_expert_parallel", "self.tensor_parallel_size > 1", "self.data_parallel_size > 1"}),
+        ),
+    ),
+    where={
+        "0.27.1": "config/parallel.py:673",
+        "0.30.0": "config/parallel.py:715",
+        "0.31.0": "config/parallel.py:719",
+        "0.32.0": "config/parallel.py:764",
+        "0.33.0": "config/parallel.py:768",
+    },
+)
+MOE_BATCHED_ALL2ALL = Fact(
+    id="moe-batched-all2all",
+    claim=(
+        "All-to-all backends whose kernels use the batched activation format "
+        "(`FusedMoEParallelConfig.use_batched_activation_format`)."
+    ),
+    since=(("0.27.1", frozenset({"deepep_low_latency", "nixl_ep"})),),
+    where={
+        "0.27.1": f"{_FUSED_CONFIG}:1083",
+        "0.30.0": f"{_FUSED_CONFIG}:1091",
+        "0.31.0": f"{_FUSED_CONFIG}:1056",
+        "0.32.0": f"{_FUSED_CONFIG}:1057",
+        "0.33.0": f"{_FUSED_CONFIG}:1066",
+    },
+)
+_CUTLASS = "model_executor/layers/fused_moe/experts/cutlass_moe.py"
+CUTLASS_MXFP4_REJECTED_ALL2ALL = Fact(
+    id="cutlass-mxfp4-rejected-all2all",
+    claim=(
+        "All-to-all backends `CutlassExpertsMxfp4._supports_parallel_config` rejects (None: it checks "
+        "`ep_size == 1` instead, a check the compressed-tensors MXFP4 path never runs before 0.32.0)."
+    ),
+    since=(
+        ("0.27.1", None),
+        (
+            "0.32.0",
+            frozenset(
+                {
+                    "deepep_high_throughput",
+                    "flashinfer_nvlink_two_sided",
+                    "flashinfer_all2allv",
+                    "flashinfer_nvlink_one_sided",
+                }
+            ),
+        ),
+    ),
+    where={
+        "0.27.1": f"{_CUTLASS}:1031",
+        "0.30.0": f"{_CUTLASS}:1039",
+        "0.31.0": f"{_CUTLASS}:1038",
+        "0.32.0": f"{_CUTLASS}:1057",
+        "0.33.0": f"{_CUTLASS}:1059",
+    },
+)
+CUTLASS_MXFP4_REMAPS = Fact(
+    id="cutlass-mxfp4-remaps",
+    claim="`run_cutlass_moe_mxfp4` takes `expert_map` (remaps global expert ids to local slots).",
+    since=(("0.27.1", False), ("0.32.0", True)),
+    where={
+        "0.27.1": f"{_CUTLASS}:809",
+        "0.30.0": f"{_CUTLASS}:816",
+        "0.31.0": f"{_CUTLASS}:815",
+        "0.32.0": f"{_CUTLASS}:831",
+        "0.33.0": f"{_CUTLASS}:833",
+    },
+)
+_MARLIN = "model_executor/layers/fused_moe/experts/marlin_moe.py"
+MARLIN_REJECTED_ALL2ALL = Fact(
+    id="marlin-rejected-all2all",
+    claim="All-to-all backends `MarlinExpertsBase._supports_parallel_config` rejects.",
+    since=(("0.27.1", frozenset({"flashinfer_nvlink_two_sided", "flashinfer_all2allv"})),),
+    where={
+        "0.27.1": f"{_MARLIN}:673",
+        "0.30.0": f"{_MARLIN}:596",
+        "0.31.0": f"{_MARLIN}:624",
+        "0.32.0": f"{_MARLIN}:624",
+        "0.33.0": f"{_MARLIN}:629",
+    },
+)
+MARLIN_NEEDS_CUDA = Fact(
+    id="marlin-needs-cuda",
+    claim="`MarlinExpertsBase._supports_current_device` requires CUDA (Marlin does not run on ROCm).",
+    since=(("0.27.1", True),),
+    where={
+        "0.27.1": f"{_MARLIN}:624",
+        "0.30.0": f"{_MARLIN}:559",
+        "0.31.0": f"{_MARLIN}:587",
+        "0.32.0": f"{_MARLIN}:587",
+        "0.33.0": f"{_MARLIN}:592",
+    },
+)
+_CT_MXFP4 = (
+    "model_executor/layers/quantization/compressed_tensors/compressed_tensors_moe/compressed_tensors_moe_w4a4_mxfp4.py"
+)
+CT_MXFP4_EXPERTS = Fact(
+    id="ct-mxfp4-experts",
+    claim=(
+        "`CompressedTensorsW4A4Mxfp4MoEMethod.__init__` picks `CutlassExpertsMxfp4` where the device supports it "
+        "(CUDA SM100), XPU experts on XPU, and otherwise `MarlinExperts` (so ROCm gets Marlin)."
+    ),
+    since=(("0.27.1", ("CutlassExpertsMxfp4", "XPUExpertsMxFp4", "MarlinExperts")),),
+    where={
+        "0.27.1": f"{_CT_MXFP4}:45",
+        "0.30.0": f"{_CT_MXFP4}:47",
+        "0.31.0": f"{_CT_MXFP4}:48",
+        "0.32.0": f"{_CT_MXFP4}:53",
+        "0.33.0": f"{_CT_MXFP4}:53",
+    },
+)
+CT_MXFP4_MOE_BACKENDS_READ = Fact(
+    id="ct-mxfp4-moe-backends-read",
+    claim=(
+        "The `--moe-backend` values `CompressedTensorsW4A4Mxfp4MoEMethod.__init__` compares against: `marlin` is "
+        "not one of them, so it does not move this checkpoint off the Cutlass experts."
+    ),
+    since=(("0.27.1", frozenset[str]()), ("0.30.0", frozenset({"b12x"}))),
+    where={
+        "0.27.1": f"{_CT_MXFP4}:45",
+        "0.30.0": f"{_CT_MXFP4}:47",
+        "0.31.0": f"{_CT_MXFP4}:48",
+        "0.32.0": f"{_CT_MXFP4}:53",
+        "0.33.0": f"{_CT_MXFP4}:53",
+    },
+)
+
+# --- ROCm AITER switches and the MLA BMM (vllm-52833) -------------------------------------------------------------
+
+ENV_TRUE = ("true", "1")
+"""vLLM reads a boolean AITER switch as on only when `value.lower()` is one of these (no strip)."""
+
+AITER = "VLLM_ROCM_USE_AITER"
+AITER_FP4BMM = "VLLM_ROCM_USE_AITER_FP4BMM"
+AITER_FP8BMM = "VLLM_ROCM_USE_AITER_FP8BMM"
+AITER_SWITCH_DEFAULTS = Fact(
+    id="aiter-switch-defaults",
+    claim=(
+        "Defaults of the AITER switches glmops' rules read; each is parsed as "
+        "`os.getenv(NAME, default).lower() in ('true', '1')` (`vllm/envs.py`)."
+    ),
+    since=(
+        ("0.27.1", ((AITER, False), (AITER_FP4BMM, True), (AITER_FP8BMM, True))),
+        ("0.33.0", ((AITER, False), (AITER_FP4BMM, False), (AITER_FP8BMM, False))),
+    ),
+    where={
+        "0.27.1": "envs.py:1192, envs.py:1263, envs.py:1258",
+        "0.30.0": "envs.py:1231, envs.py:1312, envs.py:1307",
+        "0.31.0": "envs.py:1263, envs.py:1359, envs.py:1354",
+        "0.32.0": "envs.py:1269, envs.py:1381, envs.py:1376",
+        "0.33.0": "envs.py:1267, envs.py:1374, envs.py:1369",
+    },
+)
+AITER_BMM_NEEDS_MASTER = Fact(
+    id="aiter-bmm-needs-master",
+    claim=(
+        "`rocm_aiter_ops.is_fp4bmm_enabled` / `is_fp8bmm_enabled` require the master switch `VLLM_ROCM_USE_AITER` "
+        "(`_AITER_ENABLED`); FP4 also requires CDNA 4 (gfx950)."
+    ),
+    since=(("0.27.1", True),),
+    where={
+        "0.27.1": "_aiter_ops.py:1800, _aiter_ops.py:1795",
+        "0.30.0": "_aiter_ops.py:2089, _aiter_ops.py:2084",
+        "0.31.0": "_aiter_ops.py:2365, _aiter_ops.py:2360",
+        "0.32.0": "_aiter_ops.py:2397, _aiter_ops.py:2392",
+        "0.33.0": "_aiter_ops.py:2585, _aiter_ops.py:2580",
+    },
+)
+MLA_FP4BMM_NEEDS_BF16 = Fact(
+    id="mla-fp4bmm-needs-bf16",
+    claim=(
+        "`MLAAttention` re-quantizes `kv_b_proj` for AITER's FP4 BMM when FP4 BMM is enabled and the weight is "
+        "BF16 (any BF16 `kv_b_proj`: BF16 checkpoints as much as BF16-attention MXFP4 ones); the FP8 BMM path has "
+        "no dtype condition and takes over when FP4 is off."
+    ),
+    since=(("0.27.1", "self.kv_b_proj.weight.dtype == torch.bfloat16"),),
+    where={
+        "0.27.1": "model_executor/layers/attention/mla_attention.py:571",
+        "0.30.0": "model_executor/layers/attention/mla_attention.py:695",
+        "0.31.0": "model_executor/layers/attention/mla_attention.py:713",
+        "0.32.0": "model_executor/layers/attention/mla_attention.py:714",
+        "0.33.0": "model_executor/layers/attention/mla_attention.py:724",
+    },
+)
+
+# --- Pipeline parallelism and GLM-5.x sparse attention (vllm-63170) -----------------------------------------------
+
+PP_DEFAULT_SPLIT = Fact(
+    id="pp-default-split",
+    claim=(
+        "`get_pp_indices` splits layers as `glm_operator.rules.partition.vllm_default_split` does, and checks "
+        "`VLLM_PP_LAYER_PARTITION` only for the number of entries and their sum (an entry of 0 or below is not "
+        "refused at start-up)."
+    ),
+    since=(("0.27.1", frozenset({"count", "sum"})),),
+    where={
+        "0.27.1": "distributed/utils.py:127",
+        "0.30.0": "distributed/utils.py:127",
+        "0.31.0": "distributed/utils.py:128",
+        "0.32.0": "distributed/utils.py:126",
+        "0.33.0": "distributed/utils.py:198",
+    },
+)
+DSA_TOPK_REUSE = Fact(
+    id="dsa-topk-reuse",
+    claim=(
+        "A GLM-5.x DSA layer reuses the previous top-k indices when "
+        "`max(layer - index_skip_topk_offset + 1, 0) % index_topk_freq != 0` (defaults: freq 1, offset 2), in "
+        "every module that runs `GlmMoeDsaForCausalLM`; this is `ModelInfo.computes_topk` negated."
+    ),
+    since=(("0.27.1", (1, 2)),),
+    where={
+        "0.27.1": "model_executor/models/deepseek_v2.py:1104, models/deepseek_v32/attention.py:207",
+        "0.30.0": "model_executor/models/deepseek_v2.py:1147, models/deepseek_v32/attention.py:171",
+        "0.31.0": "model_executor/models/deepseek_v2.py:1150, models/deepseek_v32/attention.py:171",
+        "0.32.0": "model_executor/models/deepseek_v2.py:1151, models/deepseek_v32/attention.py:171",
+        "0.33.0": "model_executor/models/deepseek_v2.py:1151, models/deepseek_v32/attention.py:171",
+    },
+)
+
+FACTS: tuple[Fact[object], ...] = (
+    ALL2ALL_BACKENDS,
+    ALL2ALL_CLI_REMOVED,
+    ALL2ALL_REWRITTEN,
+    ALL2ALL_DEFAULT,
+    MOE_BACKENDS,
+    KV_CACHE_DTYPES,
+    MOE_USE_EP,
+    MOE_ALL2ALL_KERNELS,
+    MOE_SEQUENCE_PARALLEL_NEEDS,
+    MOE_BATCHED_ALL2ALL,
+    CUTLASS_MXFP4_REJECTED_ALL2ALL,
+    CUTLASS_MXFP4_REMAPS,
+    MARLIN_REJECTED_ALL2ALL,
+    MARLIN_NEEDS_CUDA,
+    CT_MXFP4_EXPERTS,
+    CT_MXFP4_MOE_BACKENDS_READ,
+    AITER_SWITCH_DEFAULTS,
+    AITER_BMM_NEEDS_MASTER,
+    MLA_FP4BMM_NEEDS_BF16,
+    PP_DEFAULT_SPLIT,
+    DSA_TOPK_REUSE,
+)
+
+
+# --- What the rules ask of these facts ----------------------------------------------------------------------------
+
+
+def switch_is_on(value: str | None, default: bool) -> bool:
+    """An AITER switch as vLLM reads it: the default when unset, else on only for `true`/`1` in any case."""
+    return default if value is None else value.lower() in ENV_TRUE
+
+
+def aiter_default(name: str, version: Version | None) -> bool:
+    """The default of an AITER switch in `version` (an unknown version: on, if any supported version has it on)."""
+    if version is None:
+        return any(dict(values).get(name, False) for _first, values in AITER_SWITCH_DEFAULTS.since)
+    return dict(AITER_SWITCH_DEFAULTS.at(version))[name]
+
+
+def expert_parallel_active(tensor: int, data: int, expert: bool) -> bool:
+    """MOE_USE_EP for glmops' spec (no prefill-context parallelism)."""
+    return expert and tensor * data > 1
+
+
+def all2all_kernels_built(tensor: int, data: int, expert: bool) -> bool:
+    """MOE_ALL2ALL_KERNELS for glmops' spec: sequence-parallel MoE needs data > 1 too, so data > 1 decides."""
+    return expert_parallel_active(tensor, data, expert) and data > 1
+
+
+def effective_all2all(name: str, version: Version | None) -> str:
+    """The backend vLLM runs for a `--all2all-backend` value (`auto`: the default; removed names rewritten)."""
+    if name == "auto":
+        return ALL2ALL_DEFAULT.at(version)
+    return ALL2ALL_DEFAULT.at(version) if name in ALL2ALL_REWRITTEN.at(version) else name

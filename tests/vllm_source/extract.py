@@ -1,0 +1,396 @@
+"""Read each fact of `glm_operator.catalog.vllm_facts` out of one vLLM version's real source.
+
+Each reader takes the version's `vllm/` package directory and returns `(value, where)` in the same shape as
+the fact records them, so a test compares both. Readers use `ast` on the source (no vLLM import: its
+dependencies are not needed), and run the two pure functions the rules mirror (the PP split and the DSA
+top-k reuse expression) on our own inputs.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+FUSED_CONFIG = "model_executor/layers/fused_moe/config.py"
+
+
+class Source:
+    """One version's `vllm/` package, parsed on demand."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._trees: dict[str, ast.Module] = {}
+
+    def tree(self, rel: str) -> ast.Module:
+        if rel not in self._trees:
+            path = self.root / rel
+            if not path.is_file():
+                raise LookupError(f"{rel} does not exist in {self.root}")
+            self._trees[rel] = ast.parse(path.read_text(), filename=str(path))
+        return self._trees[rel]
+
+    def cls(self, rel: str, name: str) -> ast.ClassDef:
+        for node in ast.walk(self.tree(rel)):
+            if isinstance(node, ast.ClassDef) and node.name == name:
+                return node
+        raise LookupError(f"class {name} not found in {rel}")
+
+    def method(self, rel: str, cls: str, name: str) -> ast.FunctionDef:
+        for node in self.cls(rel, cls).body:
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                return node
+        raise LookupError(f"{cls}.{name} not found in {rel}")
+
+    def function(self, rel: str, name: str) -> ast.FunctionDef:
+        for node in self.tree(rel).body:
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                return node
+        raise LookupError(f"function {name} not found in {rel}")
+
+
+def _return_expr(func: ast.FunctionDef) -> ast.expr:
+    returns = [n for n in ast.walk(func) if isinstance(n, ast.Return) and n.value is not None]
+    if len(returns) != 1:
+        raise LookupError(f"{func.name} has {len(returns)} return statements, expected one")
+    assert returns[0].value is not None
+    return returns[0].value
+
+
+def _text(node: ast.AST) -> str:
+    return " ".join(ast.unparse(node).split())
+
+
+def _strings(node: ast.AST) -> set[str]:
+    return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+def _literal_alias(src: Source, rel: str, name: str) -> tuple[frozenset[str], str]:
+    for node in src.tree(rel).body:
+        target = (
+            node.target
+            if isinstance(node, ast.AnnAssign)
+            else (node.targets[0] if isinstance(node, ast.Assign) else None)
+        )
+        if isinstance(target, ast.Name) and target.id == name and node.value is not None:  # type: ignore[union-attr]
+            return frozenset(_strings(node.value)), f"{rel}:{node.lineno}"  # type: ignore[union-attr]
+    raise LookupError(f"{name} not found in {rel}")
+
+
+def all2all_backends(src: Source) -> tuple[Any, str]:
+    return _literal_alias(src, "config/parallel.py", "All2AllBackend")
+
+
+def moe_backends(src: Source) -> tuple[Any, str]:
+    return _literal_alias(src, "config/kernel.py", "MoEBackend")
+
+
+def kv_cache_dtypes(src: Source) -> tuple[Any, str]:
+    return _literal_alias(src, "config/cache.py", "CacheDType")
+
+
+def all2all_cli_removed(src: Source) -> tuple[Any, str]:
+    rel = "engine/arg_utils.py"
+    for node in ast.walk(src.tree(rel)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "remove"
+            and "all2all_backend" in _text(node.func.value)
+        ):
+            return frozenset(_resolve_string(src, node.args[0]) for _ in [0]), f"{rel}:{node.lineno}"
+    return frozenset(), f"{rel} (no removal)"
+
+
+def _resolve_string(src: Source, node: ast.expr) -> str:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name):
+        pattern = re.compile(rf"^{node.id}\s*(?::[^=]*)?=\s*[\"']([^\"']+)[\"']", re.M)
+        for path in sorted(src.root.rglob("*.py")):
+            if match := pattern.search(path.read_text()):
+                return match[1]
+    raise LookupError(f"cannot resolve {_text(node)} to a string")
+
+
+def all2all_rewritten(src: Source) -> tuple[Any, str]:
+    rel = "config/parallel.py"
+    for node in ast.walk(src.cls(rel, "ParallelConfig")):
+        if (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.Compare)
+            and _text(node.test.left) == "self.all2all_backend"
+            and isinstance(node.test.ops[0], ast.In)
+            and any("allgather_reducescatter" in _strings(s) for s in node.body)
+        ):
+            return frozenset(_strings(node.test.comparators[0])), f"{rel}:{node.lineno}"
+    raise LookupError("no rewrite of removed all-to-all backends in ParallelConfig")
+
+
+def all2all_default(src: Source) -> tuple[Any, str]:
+    rel = "config/parallel.py"
+    for node in src.cls(rel, "ParallelConfig").body:
+        if isinstance(node, ast.AnnAssign) and _text(node.target) == "all2all_backend" and node.value is not None:
+            assert isinstance(node.value, ast.Constant)
+            return node.value.value, f"{rel}:{node.lineno}"
+    raise LookupError("ParallelConfig.all2all_backend has no default")
+
+
+def moe_use_ep(src: Source) -> tuple[Any, str]:
+    make = src.method(FUSED_CONFIG, "FusedMoEParallelConfig", "make")
+    for node in ast.walk(make):
+        if isinstance(node, ast.Assign) and _text(node.targets[0]) == "use_ep":
+            return _text(node.value), f"{FUSED_CONFIG}:{node.lineno}"
+    raise LookupError("FusedMoEParallelConfig.make does not assign use_ep")
+
+
+def moe_all2all_kernels(src: Source) -> tuple[Any, str]:
+    prop = src.method(FUSED_CONFIG, "FusedMoEParallelConfig", "use_all2all_kernels")
+    return _text(_return_expr(prop)), f"{FUSED_CONFIG}:{prop.lineno}"
+
+
+def moe_sequence_parallel(src: Source) -> tuple[Any, str]:
+    rel = "config/parallel.py"
+    prop = src.method(rel, "ParallelConfig", "use_sequence_parallel_moe")
+    expr = _return_expr(prop)
+    assert isinstance(expr, ast.BoolOp) and isinstance(expr.op, ast.And), _text(expr)
+    needs = {_text(v) for v in expr.values if not (isinstance(v, ast.Compare) and isinstance(v.ops[0], ast.In))}
+    return frozenset(needs), f"{rel}:{prop.lineno}"
+
+
+def _backends_of(src: Source, expr: ast.expr) -> frozenset[str]:
+    """The all-to-all backend names a boolean of FusedMoEParallelConfig properties stands for."""
+    names: set[str] = set()
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("use_") and node.attr != "use_all2all_kernels":
+            prop = src.method(FUSED_CONFIG, "FusedMoEParallelConfig", node.attr)
+            inner = _return_expr(prop)
+            names |= _strings(inner) if not _uses_props(inner) else _backends_of(src, inner)
+    return frozenset(names)
+
+
+def _uses_props(expr: ast.expr) -> bool:
+    return any(
+        isinstance(n, ast.Attribute)
+        and n.attr.startswith("use_")
+        and n.attr.endswith("_kernels")
+        and n.attr != "use_all2all_kernels"
+        for n in ast.walk(expr)
+    )
+
+
+def moe_batched_all2all(src: Source) -> tuple[Any, str]:
+    prop = src.method(FUSED_CONFIG, "FusedMoEParallelConfig", "use_batched_activation_format")
+    return _backends_of(src, _return_expr(prop)), f"{FUSED_CONFIG}:{prop.lineno}"
+
+
+def _rejected(src: Source, rel: str, cls: str) -> tuple[Any, str]:
+    func = src.method(rel, cls, "_supports_parallel_config")
+    expr = _return_expr(func)
+    if _text(expr).endswith("ep_size == 1"):
+        return None, f"{rel}:{func.lineno}"
+    assert isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not), _text(expr)
+    return _backends_of(src, expr), f"{rel}:{func.lineno}"
+
+
+def cutlass_mxfp4_rejected_all2all(src: Source) -> tuple[Any, str]:
+    return _rejected(src, "model_executor/layers/fused_moe/experts/cutlass_moe.py", "CutlassExpertsMxfp4")
+
+
+def marlin_rejected_all2all(src: Source) -> tuple[Any, str]:
+    return _rejected(src, "model_executor/layers/fused_moe/experts/marlin_moe.py", "MarlinExpertsBase")
+
+
+def cutlass_mxfp4_remaps(src: Source) -> tuple[Any, str]:
+    rel = "model_executor/layers/fused_moe/experts/cutlass_moe.py"
+    func = src.function(rel, "run_cutlass_moe_mxfp4")
+    params = {a.arg for a in (*func.args.args, *func.args.kwonlyargs)}
+    return "expert_map" in params, f"{rel}:{func.lineno}"
+
+
+def marlin_needs_cuda(src: Source) -> tuple[Any, str]:
+    rel = "model_executor/layers/fused_moe/experts/marlin_moe.py"
+    func = src.method(rel, "MarlinExpertsBase", "_supports_current_device")
+    calls = {n.func.attr for n in ast.walk(func) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+    return "is_cuda" in calls, f"{rel}:{func.lineno}"
+
+
+CT_MXFP4 = (
+    "model_executor/layers/quantization/compressed_tensors/compressed_tensors_moe/compressed_tensors_moe_w4a4_mxfp4.py"
+)
+
+
+def _ct_init(src: Source) -> ast.FunctionDef:
+    return src.method(CT_MXFP4, "CompressedTensorsW4A4Mxfp4MoEMethod", "__init__")
+
+
+def ct_mxfp4_experts(src: Source) -> tuple[Any, str]:
+    init = _ct_init(src)
+    chosen = sorted(
+        (n for n in ast.walk(init) if isinstance(n, ast.Assign) and _text(n.targets[0]) == "self.experts_cls"),
+        key=lambda n: n.lineno,
+    )
+    # A lower-case name is the MoE oracle's pick for an explicit --moe-backend (b12x, FlashInfer MoE-EP).
+    return tuple(_text(n.value) for n in chosen if _text(n.value)[:1].isupper()), f"{CT_MXFP4}:{init.lineno}"
+
+
+def ct_mxfp4_moe_backends_read(src: Source) -> tuple[Any, str]:
+    init = _ct_init(src)
+    read: set[str] = set()
+    for node in ast.walk(init):
+        if isinstance(node, ast.Compare) and _text(node.left) == "moe.moe_backend":
+            for comparator in node.comparators:
+                read |= _strings(comparator)
+    return frozenset(read), f"{CT_MXFP4}:{init.lineno}"
+
+
+def aiter_switch_defaults(src: Source) -> tuple[Any, str]:
+    rel = "envs.py"
+    table = _env_table(src.tree(rel))
+    values, where = [], []
+    for name in ("VLLM_ROCM_USE_AITER", "VLLM_ROCM_USE_AITER_FP4BMM", "VLLM_ROCM_USE_AITER_FP8BMM"):
+        key, lam = table[name]
+        values.append((name, _parse_bool_switch(name, lam)))
+        where.append(f"{rel}:{key.lineno}")
+    return tuple(values), ", ".join(where)
+
+
+def _env_table(tree: ast.Module) -> dict[str, tuple[ast.expr, ast.expr]]:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict):
+            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+            if _text(target) == "environment_variables":
+                return {
+                    k.value: (k, v)
+                    for k, v in zip(node.value.keys, node.value.values, strict=True)
+                    if isinstance(k, ast.Constant)
+                }
+    raise LookupError("envs.py has no environment_variables table")
+
+
+def _parse_bool_switch(name: str, lam: ast.expr) -> bool:
+    """The default of `lambda: os.getenv(NAME, "X").lower() in ("true", "1")`; anything else is an error."""
+    assert isinstance(lam, ast.Lambda), f"{name}: not a lambda"
+    body = lam.body
+    text = _text(body)
+    match = re.fullmatch(rf"os\.getenv\('{name}', '([^']*)'\)\.lower\(\) in \('true', '1'\)", text)
+    if not match:
+        raise AssertionError(f"{name} is no longer parsed as on for 'true'/'1' only: {text}")
+    return match[1].lower() in ("true", "1")
+
+
+def aiter_bmm_needs_master(src: Source) -> tuple[Any, str]:
+    rel = "_aiter_ops.py"
+    cls = next(
+        n
+        for n in ast.walk(src.tree(rel))
+        if isinstance(n, ast.ClassDef)
+        and any(isinstance(m, ast.FunctionDef) and m.name == "is_fp4bmm_enabled" for m in n.body)
+    )
+    funcs = [src.method(rel, cls.name, name) for name in ("is_fp4bmm_enabled", "is_fp8bmm_enabled")]
+    needs = all("cls._AITER_ENABLED and" in _text(_return_expr(f)) for f in funcs)
+    return needs, ", ".join(f"{rel}:{f.lineno}" for f in funcs)
+
+
+def mla_fp4bmm_needs_bf16(src: Source) -> tuple[Any, str]:
+    rel = "model_executor/layers/attention/mla_attention.py"
+    init = src.method(rel, "MLAAttention", "__init__")
+    fp4 = fp8 = None
+    for node in ast.walk(init):
+        if isinstance(node, ast.Assign):
+            target = _text(node.targets[0])
+            if target == "self.is_aiter_triton_fp4_bmm_enabled":
+                fp4 = node
+            elif target == "self.is_aiter_triton_fp8_bmm_enabled":
+                fp8 = node
+    assert fp4 is not None and fp8 is not None, "MLAAttention no longer decides the AITER BMM paths in __init__"
+    assert _text(fp8.value) == "rocm_aiter_ops.is_fp8bmm_enabled()", (
+        f"the FP8 BMM path gained a condition: {_text(fp8.value)}"
+    )
+    dtype = [v for v in getattr(fp4.value, "values", []) if "dtype" in _text(v)]
+    return (_text(dtype[0]) if dtype else None), f"{rel}:{fp4.lineno}"
+
+
+# --- Behaviour of the pure functions the rules mirror -------------------------------------------------------------
+
+
+def pp_split_function(src: Source) -> tuple[Callable[[int, int, str | None], list[int]], str]:
+    """vLLM's own get_pp_indices, run on our inputs: (layers, pp, VLLM_PP_LAYER_PARTITION) -> stage sizes."""
+    rel = "distributed/utils.py"
+    func = src.function(rel, "get_pp_indices")
+    module = ast.Module(body=[func], type_ignores=[])
+    env = types.SimpleNamespace(VLLM_PP_LAYER_PARTITION=None)
+    logger = types.SimpleNamespace(info=lambda *a, **k: None, warning=lambda *a, **k: None, debug=lambda *a, **k: None)
+    namespace: dict[str, Any] = {"envs": env, "logger": logger}
+    exec(compile(module, f"{rel}", "exec"), namespace)  # noqa: S102 - vLLM's own pure function, for comparison
+
+    def split(layers: int, pp: int, partition: str | None) -> list[int]:
+        env.VLLM_PP_LAYER_PARTITION = partition
+        spans = [namespace["get_pp_indices"](layers, rank, pp) for rank in range(pp)]
+        return [end - start for start, end in spans]
+
+    return split, f"{rel}:{func.lineno}"
+
+
+def pp_partition_checks(src: Source) -> tuple[Any, str]:
+    split, where = pp_split_function(src)
+    checks = set()
+    for name, layers, pp, text in (("count", 78, 2, "26,26,26"), ("sum", 78, 2, "38,39"), ("positive", 78, 2, "0,78")):
+        try:
+            split(layers, pp, text)
+        except ValueError:
+            checks.add(name)
+    return frozenset(checks), where
+
+
+DSA_FILES = ("model_executor/models/deepseek_v2.py", "models/deepseek_v32")
+
+
+def dsa_reuse_rules(src: Source) -> Iterator[tuple[str, Callable[[int, int, int], bool], tuple[Any, Any]]]:
+    """Every top-k reuse expression in the modules that run GLM-5.x: (where, skips(layer, freq, offset), defaults)."""
+    for entry in DSA_FILES:
+        path = src.root / entry
+        files = sorted(path.rglob("*.py")) if path.is_dir() else ([path] if path.exists() else [])
+        for file in files:
+            rel = str(file.relative_to(src.root))
+            for func in (n for n in ast.walk(src.tree(rel)) if isinstance(n, ast.FunctionDef)):
+                for node in ast.walk(func):
+                    if _is_skip_assign(node):
+                        assert isinstance(node, ast.Assign)
+                        yield f"{rel}:{node.lineno}", _skip_function(node.value), _getattr_defaults(func)
+
+
+def _is_skip_assign(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Assign)
+        and "skip_topk" in _text(node.targets[0])
+        and isinstance(node.value, ast.Compare)
+        and isinstance(node.value.left, ast.BinOp)
+        and isinstance(node.value.left.op, ast.Mod)
+    )
+
+
+def _skip_function(expr: ast.expr) -> Callable[[int, int, int], bool]:
+    names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)} - {"max"}
+    role = {n: ("freq" if "freq" in n else "offset" if "offset" in n else "layer") for n in names}
+    assert sorted(role.values()) == ["freq", "layer", "offset"], f"unexpected names in {_text(expr)}"
+    code = compile(ast.Expression(body=expr), "<dsa>", "eval")
+
+    def skips(layer: int, freq: int, offset: int) -> bool:
+        values = {"layer": layer, "freq": freq, "offset": offset}
+        return bool(eval(code, {"max": max}, {n: values[r] for n, r in role.items()}))  # noqa: S307 - vLLM's expression
+
+    return skips
+
+
+def _getattr_defaults(func: ast.FunctionDef) -> tuple[Any, Any]:
+    found: dict[str, Any] = {}
+    for node in ast.walk(func):
+        if isinstance(node, ast.Call) and _text(node.func) == "getattr" and len(node.args) == 3:
+            key = node.args[1]
+            if isinstance(key, ast.Constant) and key.value in ("index_topk_freq", "index_skip_topk_offset"):
+                found[key.value] = ast.literal_eval(node.args[2])
+    return found.get("index_topk_freq"), found.get("index_skip_topk_offset")

@@ -1,0 +1,139 @@
+"""Every fact glmops' rules take from vLLM, read back from the real source of every supported version.
+
+The sources are the PyPI wheels unpacked by `hack/vllm-sources.sh` (`make test` fetches them first);
+`GLMOPS_VLLM_SRC` points elsewhere. `GLMOPS_VLLM_SRC_AS=0.33.0=0.32.0` reads one version's source in place of
+another's: the way to see these tests fail where a fact moved (a new version is checked the same way).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from glm_operator.catalog import vllm_facts as facts
+from glm_operator.catalog.images import load_images
+from glm_operator.catalog.models import load_models
+from glm_operator.catalog.versions import Version
+from glm_operator.rules.partition import vllm_default_split
+from tests.vllm_source import extract
+from tests.vllm_source.extract import Source
+
+VERSIONS = load_images().versions
+SRC_ROOT = Path(os.environ.get("GLMOPS_VLLM_SRC", Path.home() / ".cache" / "glmops" / "vllm-src"))
+
+
+def _substitutes() -> dict[str, str]:
+    pairs = [p for p in os.environ.get("GLMOPS_VLLM_SRC_AS", "").split(",") if p]
+    return dict(p.split("=", 1) for p in pairs)
+
+
+_SOURCES: dict[str, Source] = {}
+
+
+def source(version: str) -> Source:
+    read = _substitutes().get(version, version)
+    root = SRC_ROOT / read / "vllm"
+    if not (SRC_ROOT / read / ".complete").exists():
+        message = f"no vLLM {read} source in {SRC_ROOT} (run hack/vllm-sources.sh {read})"
+        if os.environ.get("GLMOPS_REQUIRE_VLLM_SRC"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return _SOURCES.setdefault(read, Source(root))
+
+
+READERS: dict[str, Callable[[Source], tuple[Any, str]]] = {
+    facts.ALL2ALL_BACKENDS.id: extract.all2all_backends,
+    facts.ALL2ALL_CLI_REMOVED.id: extract.all2all_cli_removed,
+    facts.ALL2ALL_REWRITTEN.id: extract.all2all_rewritten,
+    facts.ALL2ALL_DEFAULT.id: extract.all2all_default,
+    facts.MOE_BACKENDS.id: extract.moe_backends,
+    facts.KV_CACHE_DTYPES.id: extract.kv_cache_dtypes,
+    facts.MOE_USE_EP.id: extract.moe_use_ep,
+    facts.MOE_ALL2ALL_KERNELS.id: extract.moe_all2all_kernels,
+    facts.MOE_SEQUENCE_PARALLEL_NEEDS.id: extract.moe_sequence_parallel,
+    facts.MOE_BATCHED_ALL2ALL.id: extract.moe_batched_all2all,
+    facts.CUTLASS_MXFP4_REJECTED_ALL2ALL.id: extract.cutlass_mxfp4_rejected_all2all,
+    facts.CUTLASS_MXFP4_REMAPS.id: extract.cutlass_mxfp4_remaps,
+    facts.MARLIN_REJECTED_ALL2ALL.id: extract.marlin_rejected_all2all,
+    facts.MARLIN_NEEDS_CUDA.id: extract.marlin_needs_cuda,
+    facts.CT_MXFP4_EXPERTS.id: extract.ct_mxfp4_experts,
+    facts.CT_MXFP4_MOE_BACKENDS_READ.id: extract.ct_mxfp4_moe_backends_read,
+    facts.AITER_SWITCH_DEFAULTS.id: extract.aiter_switch_defaults,
+    facts.AITER_BMM_NEEDS_MASTER.id: extract.aiter_bmm_needs_master,
+    facts.MLA_FP4BMM_NEEDS_BF16.id: extract.mla_fp4bmm_needs_bf16,
+    facts.PP_DEFAULT_SPLIT.id: extract.pp_partition_checks,
+    facts.DSA_TOPK_REUSE.id: lambda src: _dsa_defaults(src),
+}
+FACTS = {f.id: f for f in facts.FACTS}
+
+
+def _dsa_defaults(src: Source) -> tuple[Any, str]:
+    found = list(extract.dsa_reuse_rules(src))
+    defaults = {d for _where, _skips, d in found}
+    assert len(defaults) == 1, f"the DSA modules disagree on the defaults: {defaults}"
+    return defaults.pop(), ", ".join(where for where, _skips, _d in found)
+
+
+def test_every_fact_has_a_reader_and_a_location_for_every_supported_version() -> None:
+    assert set(READERS) == set(FACTS)
+    for fact in facts.FACTS:
+        assert set(fact.where) == set(VERSIONS), f"{fact.id}: locations for {sorted(fact.where)}, catalog {VERSIONS}"
+        assert fact.since[0][0] == min(VERSIONS, key=Version.parse), f"{fact.id} does not start at the oldest version"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("fact_id", sorted(FACTS))
+def test_fact_holds_in_the_source_of(fact_id: str, version: str) -> None:
+    fact = FACTS[fact_id]
+    value, where = READERS[fact_id](source(version))
+    expected = fact.at(Version.parse(version))
+    assert value == expected, (
+        f"{fact_id} in vLLM {version} ({where}): source says {value!r}, glmops records {expected!r}"
+    )
+    assert where == fact.where[version], (
+        f"{fact_id} in vLLM {version}: now at {where!r}, recorded {fact.where[version]!r}"
+    )
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_vllm_default_pp_split_is_ours_for_every_layer_count(version: str) -> None:
+    split, where = extract.pp_split_function(source(version))
+    for layers in range(1, 97):
+        for pp in range(1, min(layers, 12) + 1):
+            assert split(layers, pp, None) == vllm_default_split(layers, pp), f"{layers} layers, PP{pp} ({where})"
+    assert split(78, 2, "38,40") == [38, 40]  # an explicit partition is taken as given
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_dsa_module_reuses_top_k_exactly_where_the_catalog_says(version: str) -> None:
+    found = list(extract.dsa_reuse_rules(source(version)))
+    assert found, "no top-k reuse rule found in the GLM-5.x modules"
+    models = [m for m in load_models().models.values() if m.architecture == "GlmMoeDsaForCausalLM"]
+    for where, skips, _defaults in found:
+        for model in models:
+            for layer in range(model.layers):
+                reuses = skips(layer, model.index_topk_freq, model.index_skip_topk_offset)
+                assert reuses == (not model.computes_topk(layer)), f"{model.name} layer {layer} at {where}"
+
+
+def test_switch_parsing_matches_vllm_on_the_spellings_users_write() -> None:
+    for value, on in (
+        ("1", True),
+        ("true", True),
+        ("TRUE", True),
+        ("True", True),
+        ("0", False),
+        ("false", False),
+        ("False", False),
+        ("no", False),
+        ("", False),
+        (" 1", False),
+        ("yes", False),
+    ):
+        assert facts.switch_is_on(value, default=True) is on, value
+    assert facts.switch_is_on(None, default=True) is True
+    assert facts.switch_is_on(None, default=False) is False
