@@ -14,8 +14,11 @@ from glm_operator.canary.client import EndpointError, OpenAIClient
 from glm_operator.canary.gsm8k import Sequential, last_integer, wilson
 from glm_operator.canary.gsm8k_data import generate, parse_jsonl, solve_generated
 from glm_operator.canary.suite import SuiteInputs, run_suite
+from glm_operator.catalog.accelerators import load_accelerators
+from glm_operator.catalog.versions import Version
+from glm_operator.cli.canary_cmd import sim
 from glm_operator.sim.behaviour import Model
-from glm_operator.sim.faults import fault_of, parse_serve_args, startup_error
+from glm_operator.sim.faults import Launch, fault_of, parse_serve_args, pp_layer_split, startup_error
 from glm_operator.sim.server import Simulator, serve
 
 SHARED_GSM8K = Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k" / "test.jsonl"
@@ -123,114 +126,268 @@ def test_generated_problems_are_solvable_and_deterministic() -> None:
     assert all(str(solve_generated(i.question)) == i.label for i in items)
 
 
-@pytest.mark.parametrize(
-    "args, env, gpu, version, patches, fault",
-    [
-        (
-            ["vllm", "serve", "RedHatAI/GLM-5.3-MXFP4", "-dp", "8", "--enable-expert-parallel"],
-            {},
-            "GB200",
-            "0.30.0",
-            set(),
-            "garbled",
-        ),
-        (
-            ["vllm", "serve", "RedHatAI/GLM-5.3-MXFP4", "-dp", "8", "--enable-expert-parallel"],
-            {},
-            "GB200",
-            "0.30.0",
-            {"moe-mxfp4-expert-map"},
-            "none",
-        ),
-        (
-            ["vllm", "serve", "RedHatAI/GLM-5.3-MXFP4", "-dp", "8", "--enable-expert-parallel"],
-            {},
-            "GB200",
-            "0.32.0",
-            set(),
-            "none",
-        ),
-        (
-            ["vllm", "serve", "zai-org/GLM-5.3", "--pipeline-parallel-size", "8"],
-            {},
-            "H200",
-            "0.30.0",
-            set(),
-            "stale-topk",
-        ),
-        (
-            ["vllm", "serve", "zai-org/GLM-5.3", "--pipeline-parallel-size", "2"],
-            {"VLLM_PP_LAYER_PARTITION": "38,40"},
-            "H200",
-            "0.30.0",
-            set(),
-            "none",
-        ),
-        (
-            [
-                "vllm",
-                "serve",
-                "amd/GLM-5.2-MXFP4",
-                "-tp",
-                "8",
-                "--speculative-config",
-                '{"method":"mtp","num_speculative_tokens":3}',
-            ],
-            {},
-            "MI355X",
-            "0.27.1",
-            set(),
-            "mtp-zero",
-        ),
-        (
-            [
-                "vllm",
-                "serve",
-                "amd/GLM-5.2-MXFP4",
-                "-tp",
-                "8",
-                "--speculative-config",
-                '{"method":"mtp","num_speculative_tokens":3}',
-            ],
-            {"VLLM_ROCM_USE_AITER_FP4BMM": "0", "VLLM_ROCM_USE_AITER_FP8BMM": "0"},
-            "MI355X",
-            "0.27.1",
-            set(),
-            "none",
-        ),
-    ],
-)
-def test_the_fault_follows_from_the_launch(
-    args: list[str], env: dict[str, str], gpu: str, version: str, patches: set[str], fault: str
-) -> None:
-    assert fault_of(parse_serve_args(args, env, gpu, version, patches)) == fault
+# The simulator's failure table (sim/faults.py), held to what vLLM's sources do. A launch is built from the same
+# `vllm serve` line a pod runs; the tests read what a user sees: the error vLLM stops with, or the signature it serves.
 
 
-MXFP4_DP8_EP = ["vllm", "serve", "RedHatAI/GLM-5.3-MXFP4", "-dp", "8", "--enable-expert-parallel"]
+def _launch(
+    model: str,
+    *flags: str,
+    gpu: str = "H200",
+    version: str = "0.33.0",
+    env: dict[str, str] | None = None,
+    patches: tuple[str, ...] = (),
+) -> Launch:
+    return parse_serve_args(["vllm", "serve", model, *flags], env or {}, gpu, version, set(patches))
 
 
-@pytest.mark.parametrize(
-    "version, all2all, patched, marlin, fault, refuses",
-    [
-        ("0.30.0", "allgather_reducescatter", False, False, "garbled", None),
-        ("0.30.0", "deepep_high_throughput", False, False, "garbled", None),
-        ("0.30.0", "allgather_reducescatter", True, False, "none", None),
-        ("0.30.0", "deepep_high_throughput", True, False, "none", "glmops patch moe-mxfp4-expert-map"),
-        ("0.30.0", "deepep_high_throughput", True, True, "none", None),
-        ("0.33.0", "allgather_reducescatter", False, False, "none", None),
-        ("0.33.0", "deepep_high_throughput", False, False, "none", "CutlassExpertsMxfp4 does not support"),
-        ("0.33.0", "flashinfer_nvlink_two_sided", True, True, "none", "glmops patch moe-mxfp4-expert-map"),
-    ],
-)
-def test_unsupported_all_to_all_layouts_stop_the_server_from_0_32_or_with_the_patch(
-    version: str, all2all: str, patched: bool, marlin: bool, fault: str, refuses: str | None
-) -> None:
-    env = {"GLMOPS_MOE_MXFP4_BACKEND": "marlin"} if marlin else {}
-    patches = {"moe-mxfp4-expert-map"} if patched else set()
-    launch = parse_serve_args([*MXFP4_DP8_EP, "--all2all-backend", all2all], env, "GB200", version, patches)
+def _shows(launch: Launch) -> str:
+    """`stops: <error>` for a launch that never serves, else the failure signature it serves with."""
     error = startup_error(launch)
-    assert (error is None) == (refuses is None)
-    if refuses is not None:
-        assert error is not None and refuses in error
+    return f"stops: {error}" if error is not None else fault_of(launch)
+
+
+def _assert_shows(launch: Launch, expected: str) -> None:
+    shown = _shows(launch)
+    if expected.startswith("stops: "):
+        assert shown.startswith("stops: ") and expected.removeprefix("stops: ") in shown, shown
     else:
-        assert fault_of(launch) == fault
+        assert shown == expected
+
+
+# vllm-58729: RedHatAI/GLM-5.3-MXFP4 (compressed-tensors W4A4 MXFP4) on SM100 with expert parallelism.
+MXFP4 = "RedHatAI/GLM-5.3-MXFP4"
+MXFP4_PATCH = "moe-mxfp4-expert-map"
+BATCHED_SIZES = "stops: ValueError: max_num_tokens and num_dispatchers should only be set for BatchedExperts"
+ONE_SIDED_MXFP4 = "stops: NotImplementedError: flashinfer_nvlink_one_sided dispatch"
+CUTLASS_PARALLEL = "stops: ValueError: CutlassExpertsMxfp4 does not support this MoE deployment since kernel does not support parallel config"  # noqa: E501
+CUTLASS_BATCHED = "stops: ValueError: CutlassExpertsMxfp4 does not support this MoE deployment since kernel does not support ('batched_experts',) activation format."  # noqa: E501
+PATCHED = f"stops: UnsupportedMoEDeployment: --all2all-backend: {{backend}}: the MXFP4 MoE experts cannot take this all-to-all layout with expert parallelism (glmops patch {MXFP4_PATCH})"  # noqa: E501
+IMAGES: dict[str, tuple[str, tuple[str, ...], dict[str, str]]] = {  # version, patches, env
+    "stock 0.27.1": ("0.27.1", (), {}),
+    "stock 0.30.0": ("0.30.0", (), {}),
+    "stock 0.31.0": ("0.31.0", (), {}),
+    "stock 0.32.0": ("0.32.0", (), {}),
+    "stock 0.33.0": ("0.33.0", (), {}),
+    "patched 0.30.0, cutlass": ("0.30.0", (MXFP4_PATCH,), {}),
+    "patched 0.33.0, cutlass": ("0.33.0", (MXFP4_PATCH,), {"GLMOPS_MOE_MXFP4_BACKEND": "cutlass"}),
+    "patched 0.30.0, marlin": ("0.30.0", (MXFP4_PATCH,), {"GLMOPS_MOE_MXFP4_BACKEND": "marlin"}),
+    "patched 0.33.0, marlin": ("0.33.0", (MXFP4_PATCH,), {"GLMOPS_MOE_MXFP4_BACKEND": " Marlin "}),
+}
+ALL2ALL = (
+    "allgather_reducescatter",
+    "deepep_high_throughput",
+    "flashinfer_nvlink_two_sided",
+    "flashinfer_all2allv",
+    "flashinfer_nvlink_one_sided",
+    "deepep_low_latency",
+    "nixl_ep",
+    "pplx",  # removed: vLLM falls back to allgather_reducescatter
+    "naive",  # removed, likewise
+)
+_STOCK_OLD = ("garbled",) * 4 + (ONE_SIDED_MXFP4, BATCHED_SIZES, BATCHED_SIZES, "garbled", "garbled")
+_STOCK_NEW = ("none",) + (CUTLASS_PARALLEL,) * 4 + (CUTLASS_BATCHED, CUTLASS_BATCHED, "none", "none")
+_CUTLASS = ("none",) + (PATCHED,) * 6 + ("none", "none")
+_MARLIN = ("none", "none", PATCHED, PATCHED, "none", PATCHED, PATCHED, "none", "none")
+# Data 8 with expert parallelism: vLLM builds the all-to-all kernels of the backend asked for (one column each).
+WITH_ALL2ALL_KERNELS = {
+    "stock 0.27.1": _STOCK_OLD,
+    "stock 0.30.0": _STOCK_OLD,
+    "stock 0.31.0": _STOCK_OLD,
+    "stock 0.32.0": _STOCK_NEW,
+    "stock 0.33.0": _STOCK_NEW,
+    "patched 0.30.0, cutlass": _CUTLASS,
+    "patched 0.33.0, cutlass": _CUTLASS,
+    "patched 0.30.0, marlin": _MARLIN,
+    "patched 0.33.0, marlin": _MARLIN,
+}
+
+
+@pytest.mark.parametrize(
+    "image, all2all, expected",
+    [
+        (image, a2a, shown)
+        for image, row in WITH_ALL2ALL_KERNELS.items()
+        for a2a, shown in zip(ALL2ALL, row, strict=True)
+    ],
+)
+def test_mxfp4_on_gb200_with_data_8_and_expert_parallel_follows_the_all_to_all_backend(
+    image: str, all2all: str, expected: str
+) -> None:
+    version, patches, env = IMAGES[image]
+    flags = ("-dp", "8", "--enable-expert-parallel", "--all2all-backend", all2all)
+    _assert_shows(
+        _launch(MXFP4, *flags, gpu="GB200", version=version, env=env, patches=patches),
+        expected.format(backend=all2all),
+    )
+
+
+@pytest.mark.parametrize("all2all", ALL2ALL)
+@pytest.mark.parametrize("image", IMAGES)
+def test_mxfp4_with_tensor_only_expert_parallel_builds_no_all_to_all_so_the_backend_is_unused(
+    image: str, all2all: str
+) -> None:
+    version, patches, env = IMAGES[image]
+    flags = ("-tp", "8", "--enable-expert-parallel", "--all2all-backend", all2all)
+    launch = _launch(MXFP4, *flags, gpu="GB200", version=version, env=env, patches=patches)
+    _assert_shows(launch, "garbled" if not patches and Version.parse(version) < Version.parse("0.32.0") else "none")
+
+
+@pytest.mark.parametrize(
+    "gpu, flags, expected",
+    [
+        ("GB200", ("-tp", "4", "-dp", "2", "--enable-expert-parallel"), "garbled"),
+        ("B200", ("-dp", "8", "--enable-expert-parallel"), "garbled"),
+        ("GB300", ("-dp", "4", "--enable_expert_parallel"), "garbled"),
+        ("B300", ("--data-parallel-size=8", "-ep"), "garbled"),
+        ("H200", ("-dp", "8", "--enable-expert-parallel"), "none"),  # no CUTLASS MXFP4 experts off SM100
+        ("RTX-PRO-6000", ("-dp", "8", "--enable-expert-parallel"), "none"),
+        ("GB200", ("--enable-expert-parallel",), "none"),  # one GPU: vLLM silently drops EP
+        ("GB200", ("-dp", "8"), "none"),  # no EP: every rank holds every expert
+        # pipeline stages do not count towards EP: not garbled (stage 1 still starts on a top-k reuse layer)
+        ("GB200", ("-pp", "2", "--enable-expert-parallel"), "stale-topk"),
+    ],
+)
+def test_mxfp4_misroutes_on_vllm_0_30_only_with_expert_parallel_on_sm100(
+    gpu: str, flags: tuple[str, ...], expected: str
+) -> None:
+    _assert_shows(_launch(MXFP4, *flags, gpu=gpu, version="0.30.0"), expected)
+
+
+ROCM_GPUS = [name for name, acc in load_accelerators().accelerators.items() if acc.platform == "rocm"]
+
+
+def test_the_simulator_knows_the_catalogs_amd_gpus() -> None:
+    assert {"MI300X", "MI355X"} <= set(ROCM_GPUS)
+
+
+@pytest.mark.parametrize(
+    "flags, patches",
+    [
+        (("-tp", "8"), ()),
+        (("-dp", "8", "--enable-expert-parallel"), ()),
+        (("-tp", "8", "--enable-expert-parallel"), (MXFP4_PATCH,)),
+    ],
+    ids=["tp8", "dp8-ep", "tp8-ep-patched"],
+)
+@pytest.mark.parametrize("version", ["0.27.1", "0.30.0", "0.31.0", "0.32.0", "0.33.0"])
+@pytest.mark.parametrize("gpu", ROCM_GPUS)
+def test_compressed_tensors_mxfp4_on_rocm_stops_after_loading_on_every_version(
+    gpu: str, version: str, flags: tuple[str, ...], patches: tuple[str, ...]
+) -> None:
+    _assert_shows(_launch(MXFP4, *flags, gpu=gpu, version=version, patches=patches), "stops: gptq_marlin_repack")
+
+
+def test_amds_own_mxfp4_checkpoint_is_not_the_compressed_tensors_one_and_starts_on_rocm() -> None:
+    assert startup_error(_launch("amd/GLM-5.2-MXFP4", "-tp", "8", gpu="MI355X", version="0.30.0")) is None
+
+
+# vllm-52833: MTP on gfx950 with a BF16 kv_b_proj that AITER re-quantizes for its FP4/FP8 BMM.
+MTP = ("-tp", "8", "--speculative-config", '{"method":"mtp","num_speculative_tokens":3}')
+AITER = {"VLLM_ROCM_USE_AITER": "1"}
+
+
+@pytest.mark.parametrize(
+    "version, env, expected",
+    [
+        ("0.30.0", AITER, "mtp-zero"),  # both BMM switches default on below 0.33.0
+        ("0.32.0", AITER, "mtp-zero"),
+        ("0.33.0", AITER, "none"),  # ... and off from 0.33.0
+        ("0.33.0", {**AITER, "VLLM_ROCM_USE_AITER_FP4BMM": "1"}, "mtp-zero"),
+        ("0.33.0", {**AITER, "VLLM_ROCM_USE_AITER_FP8BMM": "true"}, "mtp-zero"),
+        ("0.30.0", {}, "none"),  # the master switch defaults off
+        ("0.30.0", {"VLLM_ROCM_USE_AITER": "0"}, "none"),
+        ("0.30.0", {"VLLM_ROCM_USE_AITER": "yes"}, "none"),
+        ("0.30.0", {"VLLM_ROCM_USE_AITER": "TRUE"}, "mtp-zero"),
+        ("0.30.0", {"VLLM_ROCM_USE_AITER": "True"}, "mtp-zero"),
+        *[
+            ("0.30.0", {**AITER, "VLLM_ROCM_USE_AITER_FP4BMM": off, "VLLM_ROCM_USE_AITER_FP8BMM": off}, "none")
+            for off in ("0", "false", "False", "no", "", " 1")  # vLLM does not strip: " 1" is off
+        ],
+        ("0.30.0", {**AITER, "VLLM_ROCM_USE_AITER_FP4BMM": "1", "VLLM_ROCM_USE_AITER_FP8BMM": "0"}, "mtp-zero"),
+        ("0.30.0", {**AITER, "VLLM_ROCM_USE_AITER_FP4BMM": "0", "VLLM_ROCM_USE_AITER_FP8BMM": "TRUE"}, "mtp-zero"),
+        ("0.30.0", {**AITER, "VLLM_ROCM_USE_AITER_FP4BMM": "0"}, "mtp-zero"),  # FP8 BMM still on by default
+    ],
+)
+def test_mtp_zero_follows_vllms_reading_of_the_aiter_switches(version: str, env: dict[str, str], expected: str) -> None:
+    _assert_shows(_launch("amd/GLM-5.2-MXFP4", *MTP, gpu="MI355X", version=version, env=env), expected)
+
+
+@pytest.mark.parametrize(
+    "model, gpu, spec, patches, env, expected",
+    [
+        ("amd/GLM-5.2-MXFP4", "MI355X", "mtp", (), {}, "mtp-zero"),  # BF16 MLA in an MXFP4 checkpoint
+        ("zai-org/GLM-5.2", "MI355X", "mtp", (), {}, "mtp-zero"),  # BF16 checkpoints
+        ("zai-org/GLM-5.3-BF16", "MI355X", "mtp", (), {}, "mtp-zero"),
+        ("zai-org/GLM-5", "MI355X", "mtp", (), {}, "mtp-zero"),
+        ("zai-org/GLM-5.1", "MI355X", "glm4_moe_mtp", (), {}, "mtp-zero"),  # vLLM reads *_mtp as mtp
+        ("zai-org/GLM-5.3", "MI355X", "mtp", (), {}, "none"),  # FP8-block: kv_b_proj is FP8
+        ("zai-org/GLM-5.2-FP8", "MI355X", "mtp", (), {}, "none"),
+        ("zai-org/GLM-5.2", "MI300X", "mtp", (), {}, "none"),  # gfx942
+        ("zai-org/GLM-5.2", "H200", "mtp", (), {}, "none"),
+        ("zai-org/GLM-5.2", "MI355X", "ngram", (), {}, "none"),
+        ("zai-org/GLM-5.2", "MI355X", "mtp", ("rocm-mla-bf16-bmm",), {}, "none"),
+        # the patch keeps a BMM kernel the user switched on explicitly
+        ("zai-org/GLM-5.2", "MI355X", "mtp", ("rocm-mla-bf16-bmm",), {"VLLM_ROCM_USE_AITER_FP8BMM": "1"}, "mtp-zero"),
+    ],
+)
+def test_mtp_zero_needs_a_bf16_kv_b_proj_on_gfx950_and_no_patch(
+    model: str, gpu: str, spec: str, patches: tuple[str, ...], env: dict[str, str], expected: str
+) -> None:
+    flags = ("-tp", "8", "--speculative-config", f'{{"method":"{spec}","num_speculative_tokens":3}}')
+    _assert_shows(_launch(model, *flags, gpu=gpu, version="0.30.0", env={**AITER, **env}, patches=patches), expected)
+
+
+def test_a_launch_without_speculative_decoding_never_shows_mtp_zero() -> None:
+    _assert_shows(_launch("zai-org/GLM-5.2", "-tp", "8", gpu="MI355X", version="0.30.0", env=AITER), "none")
+
+
+# vllm-63170: a pipeline stage starting on a top-k reuse layer (GLM-5.2/5.3: 78 layers, top-k on every 4th).
+@pytest.mark.parametrize(
+    "layers, pp, split",
+    [
+        (78, 2, [39, 39]),
+        (78, 4, [19, 20, 20, 19]),  # remainder 2: stages pp-2 and pp-3
+        (78, 8, [9, 10, 10, 10, 10, 10, 10, 9]),
+        (78, 9, [8, 8, 9, 9, 9, 9, 9, 9, 8]),
+        (11, 4, [3, 3, 3, 2]),  # remainder pp-1 reaches the first stage, never the last
+    ],
+)
+def test_the_default_pipeline_split_gives_the_remainder_to_stages_before_the_last(
+    layers: int, pp: int, split: list[int]
+) -> None:
+    assert pp_layer_split(layers, pp, None) == split
+
+
+@pytest.mark.parametrize(
+    "model, pp, env, patches, expected",
+    [
+        ("zai-org/GLM-5.3", 8, {}, (), "stale-topk"),
+        ("zai-org/GLM-5.3", 2, {}, (), "stale-topk"),  # stage 1 starts on layer 39, a reuse layer
+        ("zai-org/GLM-5.3", 2, {"VLLM_PP_LAYER_PARTITION": "38,40"}, (), "none"),  # layer 38 computes
+        ("zai-org/GLM-5.3", 8, {}, ("dsa-pp-topk-handoff",), "none"),
+        ("zai-org/GLM-5.1", 8, {}, (), "none"),  # every GLM-5.1 layer computes its top-k
+    ],
+)
+def test_stale_topk_follows_where_the_pipeline_stages_start(
+    model: str, pp: int, env: dict[str, str], patches: tuple[str, ...], expected: str
+) -> None:
+    launch = _launch(model, "--pipeline-parallel-size", str(pp), version="0.30.0", env=env, patches=patches)
+    _assert_shows(launch, expected)
+
+
+def test_a_launch_that_stops_wins_over_a_fault_it_would_show() -> None:
+    launch = _launch(MXFP4, "-pp", "8", gpu="MI355X", version="0.30.0")
+    assert fault_of(launch) == "stale-topk"
+    _assert_shows(launch, "stops: gptq_marlin_repack")
+
+
+def test_glmctl_sim_stops_with_the_error_read_from_its_own_environment(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `glmctl sim fleet` starts each simulator with the pod's env as its process env and the node's GPU as --gpu.
+    monkeypatch.setenv("GLMOPS_MOE_MXFP4_BACKEND", "cutlass")
+    serve_args = ["vllm", "serve", MXFP4, "-dp", "8", "--enable-expert-parallel", "--all2all-backend", "nixl_ep"]
+    code = sim("127.0.0.1", _free_port(), "auto", None, "m", 0, 0, 0.0, "B300", "0.33.0", MXFP4_PATCH, serve_args)
+    assert code == 1
+    assert "--all2all-backend: nixl_ep" in capsys.readouterr().err

@@ -1,30 +1,95 @@
 """Which upstream failure a simulated vLLM shows, from the way it was launched.
 
-Written from the upstream reports, independently of glmops' admission rules (the simulator must
-catch what the rules miss, so it must not share their code): the checkpoint and GPU, the vLLM
-version and the patches in the image, and the `vllm serve` flags and environment.
+Written from the upstream reports and vLLM's own sources, independently of glmops' admission rules (the simulator
+must catch what the rules miss, so it must not share their code): the checkpoint and GPU, the vLLM version and the
+patches in the image, and the `vllm serve` flags and environment. Each known failure is one row of `KNOWN_FAILURES`;
+a row either stops the launch before it serves (`startup_error`: vLLM failing after loading every weight, or a glmops
+patch refusing the launch) or lets it serve with a failure signature (`fault_of`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from glm_operator.catalog.accelerators import Accelerator, load_accelerators
 from glm_operator.catalog.models import ModelInfo, load_models
 from glm_operator.catalog.versions import Version
 
 FAULTS = ("none", "garbled", "null-content", "stale-topk", "mtp-zero")
-SM100 = {"GB200", "B200", "GB300", "B300"}
-# All-to-all layouts the Cutlass MXFP4 experts cannot take. Before 0.32.0 nothing checks and experts are misrouted
-# anyway; 0.32.0+ fails closed at start (read from the 0.32.0/0.33.0 sources: the MXFP4 oracle validates the experts'
-# parallel config after the weights are loaded), as does glmops' patch unless the MoE is moved to Marlin.
-UNGUARDED_ALL2ALL = {
-    "deepep_high_throughput",
-    "flashinfer_nvlink_two_sided",
-    "flashinfer_nvlink_one_sided",
-    "flashinfer_all2allv",
+V0_32 = Version.parse("0.32.0")
+V0_33 = Version.parse("0.33.0")
+MXFP4_W4A4 = "compressed-tensors-mxfp4-w4a4"
+MXFP4_PATCH = "moe-mxfp4-expert-map"
+MXFP4_PATCH_BACKEND = "GLMOPS_MOE_MXFP4_BACKEND"
+BMM_PATCH = "rocm-mla-bf16-bmm"
+TOPK_PATCH = "dsa-pp-topk-handoff"
+
+# config/parallel.py: removed --all2all-backend values fall back to the default, with a warning.
+REMOVED_ALL2ALL = {"pplx": "allgather_reducescatter", "naive": "allgather_reducescatter"}
+# fused_moe/config.py FusedMoEParallelConfig.use_*_kernels: the token layouts the MXFP4 experts care about.
+LAYOUTS = {
+    "deepep_high_throughput": "deepep-ht",
+    "flashinfer_nvlink_two_sided": "fi-two-sided",
+    "flashinfer_all2allv": "fi-two-sided",  # an alias of the two-sided kernels
+    "flashinfer_nvlink_one_sided": "fi-one-sided",
+    "deepep_low_latency": "batched",  # per-expert token batches (BatchedExperts activation format)
+    "nixl_ep": "batched",
 }
-MARLIN_REFUSES = {"flashinfer_nvlink_two_sided", "flashinfer_all2allv"}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a launch does: stops with `error` before it serves, or serves showing `fault`."""
+
+    fault: str = "none"
+    error: str | None = None  # may name {backend}, the all-to-all backend vLLM builds
+
+
+SERVES = Outcome()
+GARBLED = Outcome("garbled")
+_CUTLASS_REFUSES = "ValueError: CutlassExpertsMxfp4 does not support this MoE deployment since kernel does not support"
+PATCH_REFUSES = Outcome(
+    error=f"UnsupportedMoEDeployment: --all2all-backend: {{backend}}: the MXFP4 MoE experts cannot take this "
+    f"all-to-all layout with expert parallelism (glmops patch {MXFP4_PATCH})"
+)
+# vllm-58729 (W4A4 MXFP4 experts under expert parallelism on SM100): by who runs the experts (rows) and the layout of
+# the all-to-all kernels vLLM builds (None: no all-to-all kernels, or a layout the experts take).
+MXFP4_EP_SM100: dict[str, dict[str | None, Outcome]] = {
+    # CutlassExpertsMxfp4 ignores expert_map; nothing checks the layout: experts are misrouted, or it fails building
+    # the kernel (standard-format experts given batched sizes; a one-sided dispatch with no MXFP4 payload).
+    "stock < 0.32": {
+        None: GARBLED,
+        "batched": Outcome(
+            error="ValueError: max_num_tokens and num_dispatchers should only be set for BatchedExperts "
+            "activation format."
+        ),
+        "fi-one-sided": Outcome(
+            error="NotImplementedError: flashinfer_nvlink_one_sided dispatch supports nvfp4, mxfp8, DeepSeek "
+            "Blockwise FP8 and bf16 (quant_dtype=None) today; got quant_dtype='mxfp4'"
+        ),
+    },
+    # The kernel remaps expert ids; the MXFP4 oracle validates the experts after the weights are loaded.
+    "stock >= 0.32": {
+        None: SERVES,
+        **dict.fromkeys(
+            ("deepep-ht", "fi-two-sided", "fi-one-sided"),
+            Outcome(error=f"{_CUTLASS_REFUSES} parallel config (all2all_backend='{{backend}}', use_ep=True)."),
+        ),
+        "batched": Outcome(error=f"{_CUTLASS_REFUSES} ('batched_experts',) activation format."),
+    },
+    # glmops' patch refuses at model construction what the experts it runs cannot take.
+    "patched, cutlass": {
+        None: SERVES,
+        **dict.fromkeys(("deepep-ht", "fi-two-sided", "fi-one-sided", "batched"), PATCH_REFUSES),
+    },
+    "patched, marlin": {None: SERVES, **dict.fromkeys(("fi-two-sided", "batched"), PATCH_REFUSES)},
+}
+ROCM_MXFP4_MARLIN = Outcome(
+    error="AttributeError: '_OpNamespace' '_C' object has no attribute 'gptq_marlin_repack' (the compressed-tensors "
+    "MXFP4 MoE falls back to MarlinExperts on ROCm, and Marlin needs CUDA)"
+)
 
 
 @dataclass
@@ -76,84 +141,140 @@ def parse_serve_args(args: list[str], env: dict[str, str], gpu: str, version: st
     return launch
 
 
-def fault_of(launch: Launch) -> str:
-    """The failure signature this launch shows, or "none"."""
+@dataclass(frozen=True)
+class Resolved:
+    """A launch as vLLM resolves it: the checkpoint and GPU it names, and how its MoE is split."""
+
+    launch: Launch
+    model: ModelInfo | None
+    gpu: Accelerator | None
+    version: Version
+
+    @property
+    def use_ep(self) -> bool:
+        """FusedMoEParallelConfig.make: EP needs more than one GPU per MoE (tp x dp; pp does not count)."""
+        return self.launch.expert and self.launch.tensor * self.launch.data > 1
+
+    @property
+    def all2all_kernels(self) -> str | None:
+        """The backend whose all-to-all kernels vLLM builds, or None (EP across tensor ranks only needs none)."""
+        if not (self.use_ep and self.launch.data > 1):
+            return None
+        return REMOVED_ALL2ALL.get(self.launch.all2all, self.launch.all2all)
+
+
+def resolve(launch: Launch) -> Resolved:
     catalog = load_models().lookup(launch.model)
-    model = catalog.model if catalog else None
-    version = Version.parse(launch.version)
-    # vllm-58729: Cutlass MXFP4 experts index local weights with global expert ids under EP on SM100.
-    if _mxfp4_ep_on_sm100(launch, model) and "moe-mxfp4-expert-map" not in launch.patches and version < V0_32:
-        return "garbled"
-    # vllm-63170: a pipeline stage starting on a top-k reuse layer reads stale indices.
-    if (
-        model
-        and model.index_topk_freq > 1
-        and launch.pipeline > 1
-        and "dsa-pp-topk-handoff" not in launch.patches
-        and _stale_stage(launch, model.layers, model)
-    ):
-        return "stale-topk"
-    # vllm-52833: BF16 MLA weights re-quantized by AITER's FP4/FP8 BMM on gfx950: MTP drafts never accepted.
-    if (
-        model
-        and "mla-attention" in model.bf16_modules
-        and launch.gpu == "MI355X"
-        and launch.speculative
-        and launch.speculative.get("method") == "mtp"
-        and version < Version.parse("0.33.0")
-        and "rocm-mla-bf16-bmm" not in launch.patches
-        and not (
-            launch.env.get("VLLM_ROCM_USE_AITER_FP4BMM") == "0" and launch.env.get("VLLM_ROCM_USE_AITER_FP8BMM") == "0"
-        )
-    ):
-        return "mtp-zero"
-    return "none"
+    return Resolved(
+        launch=launch,
+        model=catalog.model if catalog else None,
+        gpu=load_accelerators().accelerators.get(launch.gpu),
+        version=Version.parse(launch.version),
+    )
+
+
+def mxfp4_moe_on_rocm(r: Resolved) -> Outcome | None:
+    """No CUTLASS or XPU experts on ROCm: the MoE method repacks for Marlin with a CUDA-only op, in every version."""
+    # 0.32.0+ also validates MarlinExperts against the device, but only in make_mxfp4_moe_kernel, after that repack.
+    if r.model and r.model.format == MXFP4_W4A4 and r.gpu and r.gpu.platform == "rocm":
+        return ROCM_MXFP4_MARLIN
+    return None
+
+
+def mxfp4_marlin_under_ep(r: Resolved) -> Outcome | None:
+    """Off SM100 the W4A4 MXFP4 method runs plain MarlinExperts (standard format, no FlashInfer two-sided), in every
+    version and with or without glmops' patch (which only steps in where CUTLASS was picked)."""
+    if not (r.model and r.model.format == MXFP4_W4A4 and r.gpu and r.gpu.platform == "cuda"):
+        return None
+    layout = LAYOUTS.get(r.all2all_kernels or "")
+    if r.gpu.arch_family == "sm100" or layout not in ("batched", "fi-two-sided"):
+        return None
+    why = "('batched_experts',) activation format" if layout == "batched" else "parallel config"
+    return Outcome(
+        error=f"ValueError: MarlinExperts does not support this MoE deployment since kernel does not "
+        f"support {why} (all2all_backend='{r.all2all_kernels}')"
+    )
+
+
+def mxfp4_experts_under_ep(r: Resolved) -> Outcome | None:
+    """vllm-58729: the CUTLASS MXFP4 experts SM100 picks, under expert parallelism."""
+    if not (r.model and r.model.format == MXFP4_W4A4 and r.gpu and r.gpu.arch_family == "sm100" and r.use_ep):
+        return None
+    if MXFP4_PATCH in r.launch.patches:
+        marlin = r.launch.env.get(MXFP4_PATCH_BACKEND, "").strip().lower() == "marlin"
+        row = MXFP4_EP_SM100["patched, marlin" if marlin else "patched, cutlass"]
+    else:
+        row = MXFP4_EP_SM100["stock < 0.32" if r.version < V0_32 else "stock >= 0.32"]
+    backend = r.all2all_kernels
+    outcome = row.get(LAYOUTS.get(backend or ""), row[None])
+    if outcome.error:
+        return Outcome(error=outcome.error.format(backend=backend))
+    return outcome
+
+
+def pp_layer_split(layers: int, pp: int, partition: str | None) -> list[int]:
+    """Layers per pipeline stage (distributed/utils.py get_pp_indices): VLLM_PP_LAYER_PARTITION when set, else an
+    even split whose remainder goes one each to stages pp-2, pp-3, ... (the last stage holds the norm)."""
+    if partition:
+        return [int(x) for x in partition.split(",")]
+    sizes = [layers // pp] * pp
+    for k in range(layers % pp):
+        sizes[pp - 2 - k] += 1
+    return sizes
+
+
+def stale_topk(r: Resolved) -> Outcome | None:
+    """vllm-63170: a pipeline stage that starts on a top-k reuse layer reads stale indices."""
+    model, pp = r.model, r.launch.pipeline
+    if not model or model.index_topk_freq == 1 or pp == 1 or TOPK_PATCH in r.launch.patches:
+        return None
+    sizes = pp_layer_split(model.layers, pp, r.launch.env.get("VLLM_PP_LAYER_PARTITION"))
+    starts = [sum(sizes[:stage]) for stage in range(1, pp)]
+    return Outcome("stale-topk") if any(not model.computes_topk(s) for s in starts) else None
+
+
+def env_flag(env: dict[str, str], name: str, default: bool) -> bool:
+    """A vLLM boolean switch (envs.py): on iff the value, lower-cased as given, is "true" or "1"."""
+    return env.get(name, "True" if default else "False").lower() in ("true", "1")
+
+
+def mtp_zero(r: Resolved) -> Outcome | None:
+    """vllm-52833: on gfx950, AITER re-quantizes a BF16 kv_b_proj for its FP4/FP8 BMM and MTP accepts no draft."""
+    model, spec, env = r.model, r.launch.speculative or {}, r.launch.env
+    method = str(spec.get("method", ""))
+    if not (model and r.gpu and r.gpu.architecture == "gfx950" and (method == "mtp" or method.endswith("_mtp"))):
+        return None
+    if not (model.format == "bf16" or "mla-attention" in model.bf16_modules):
+        return None  # an FP8 kv_b_proj is not this fault
+    # The BMM switches default on below 0.33.0. The patch turns that default off for BF16 kv_b_proj layers, but keeps
+    # a kernel the user switched on explicitly (patch_rocm_mla_bf16_bmm, ops_mla.bmm_flags).
+    default = r.version < V0_33 and BMM_PATCH not in r.launch.patches
+    bmm = env_flag(env, "VLLM_ROCM_USE_AITER_FP4BMM", default) or env_flag(env, "VLLM_ROCM_USE_AITER_FP8BMM", default)
+    return Outcome("mtp-zero") if env_flag(env, "VLLM_ROCM_USE_AITER", False) and bmm else None
+
+
+# Upstream issue -> its check. Startup errors win over faults; among faults the first row wins.
+KNOWN_FAILURES: tuple[tuple[str, Callable[[Resolved], Outcome | None]], ...] = (
+    ("rocm-mxfp4-marlin", mxfp4_moe_on_rocm),
+    ("vllm-58729", mxfp4_experts_under_ep),
+    ("mxfp4-marlin-layout", mxfp4_marlin_under_ep),
+    ("vllm-63170", stale_topk),
+    ("vllm-52833", mtp_zero),
+)
+
+
+def outcomes(launch: Launch) -> list[tuple[str, Outcome]]:
+    """Every known failure this launch runs into, with its issue id, in table order."""
+    resolved = resolve(launch)
+    found = ((issue, check(resolved)) for issue, check in KNOWN_FAILURES)
+    return [(issue, outcome) for issue, outcome in found if outcome is not None and outcome != SERVES]
 
 
 def startup_error(launch: Launch) -> str | None:
     """The error a launch stops with before it serves anything, or None when it starts."""
-    catalog = load_models().lookup(launch.model)
-    model = catalog.model if catalog else None
-    if not _mxfp4_ep_on_sm100(launch, model) or launch.all2all not in UNGUARDED_ALL2ALL:
-        return None
-    if "moe-mxfp4-expert-map" in launch.patches:
-        marlin = launch.env.get("GLMOPS_MOE_MXFP4_BACKEND", "").strip().lower() == "marlin"
-        if marlin and launch.all2all not in MARLIN_REFUSES:
-            return None
-        return (
-            f"UnsupportedMoEDeployment: --all2all-backend: {launch.all2all}: the MXFP4 MoE experts cannot take this "
-            "all-to-all layout with expert parallelism (glmops patch moe-mxfp4-expert-map)"
-        )
-    if Version.parse(launch.version) >= V0_32:
-        return f"ValueError: CutlassExpertsMxfp4 does not support this MoE deployment ({launch.all2all})"
-    return None  # older versions start, and misroute (fault_of)
+    return next((o.error for _, o in outcomes(launch) if o.error), None)
 
 
-V0_32 = Version.parse("0.32.0")
-
-
-def _mxfp4_ep_on_sm100(launch: Launch, model: ModelInfo | None) -> bool:
-    return bool(
-        model
-        and model.format == "compressed-tensors-mxfp4-w4a4"
-        and launch.gpu in SM100
-        and launch.expert
-        and launch.tensor * launch.data > 1
-    )
-
-
-def _stale_stage(launch: Launch, layers: int, model: ModelInfo) -> bool:
-    text = launch.env.get("VLLM_PP_LAYER_PARTITION")
-    pp = launch.pipeline
-    if text:
-        sizes = [int(x) for x in text.split(",")]
-    else:
-        sizes = [layers // pp] * pp
-        for k in range(layers % pp):
-            sizes[pp - 2 - k] += 1
-    start = 0
-    for size in sizes[:-1]:
-        start += size
-        if not model.computes_topk(start):
-            return True
-    return False
+def fault_of(launch: Launch) -> str:
+    """The failure signature this launch shows once it serves, or "none"."""
+    return next((o.fault for _, o in outcomes(launch) if o.error is None), "none")

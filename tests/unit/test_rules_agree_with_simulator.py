@@ -1,0 +1,128 @@
+"""Admission and the simulator decide the same, each from its own table.
+
+The rules (`rules/`, reading `catalog/vllm_facts.py`) and the simulator's fault table (`sim/faults.py`) are written
+apart on purpose: the simulator stands for vLLM and must catch what the rules miss. This is the one test that
+holds them to each other: for every deployment of the grid, what admission refuses is what the simulator, launched
+with the command line and environment glmops renders, fails on (at start-up or with a fault signature), and what
+admission lets through serves cleanly.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from glm_operator.api import GLMDeployment
+from glm_operator.catalog.bundle import Catalogs
+from glm_operator.render.plan import build_plan
+from glm_operator.rules.engine import admit
+from glm_operator.sim.faults import fault_of, parse_serve_args, startup_error
+from tests.support.builders import GLMDeploymentBuilder as B
+
+CATALOGS = Catalogs.packaged()
+# The rules this grid exercises; a refusal for any other reason means the grid itself is wrong.
+KNOWN = {"vllm-58729", "vllm-63170", "vllm-52833", "feasibility/format", "feasibility/moe-layout"}
+STOCK = {"cuda": "vllm/vllm-openai:v{}", "rocm": "vllm/vllm-openai-rocm:v{}"}
+
+
+def _image(b: B, platform: str, version: str, patched: bool) -> B:
+    return b.vllm(version) if patched else b.image(STOCK[platform].format(version))
+
+
+def mxfp4_grid() -> list[tuple[str, B]]:
+    out = []
+    layouts = [
+        ("dp8", lambda b: b.accelerator("GB200").data(8)),
+        ("tp8", lambda b: b.accelerator("B200", 8).tensor(8)),
+        ("h200-dp8", lambda b: b.accelerator("H200").data(8)),  # no CUTLASS MXFP4 kernel: vLLM runs Marlin
+    ]
+    backends = ["auto", "pplx", "deepep_high_throughput", "deepep_low_latency", "nixl_ep"]
+    backends += ["flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided"]
+    images = [("0.30.0", False, False), ("0.32.0", False, False), ("0.33.0", False, False)]
+    images += [("0.30.0", True, False), ("0.33.0", True, False), ("0.30.0", True, True), ("0.33.0", True, True)]
+    for (lname, layout), backend, (version, patched, marlin) in itertools.product(layouts, backends, images):
+        b = layout(B().model("RedHatAI/GLM-5.3-MXFP4").expert().set("spec.engine.all2allBackend", backend))
+        b = _image(b, "cuda", version, patched)
+        if marlin:
+            b = b.env("GLMOPS_MOE_MXFP4_BACKEND", "marlin")
+        out.append((f"mxfp4-{lname}-{backend}-{version}-{'patched' if patched else 'stock'}{'-marlin' * marlin}", b))
+    for version in ("0.30.0", "0.33.0"):
+        out.append(
+            (
+                f"mxfp4-mi355x-{version}",
+                B()
+                .model("RedHatAI/GLM-5.3-MXFP4")
+                .accelerator("MI355X")
+                .tensor(8)
+                .image(STOCK["rocm"].format(version)),
+            )
+        )
+    return out
+
+
+def mtp_grid() -> list[tuple[str, B]]:
+    out = []
+    models = ["amd/GLM-5.2-MXFP4", "zai-org/GLM-5.3-BF16", "zai-org/GLM-5.2-FP8"]
+    envs: list[dict[str, str]] = [
+        {},
+        {"VLLM_ROCM_USE_AITER_FP4BMM": "false", "VLLM_ROCM_USE_AITER_FP8BMM": "no"},
+        {"VLLM_ROCM_USE_AITER_FP4BMM": "0"},
+        {"VLLM_ROCM_USE_AITER": "0"},
+        {"VLLM_ROCM_USE_AITER_FP4BMM": "TRUE"},
+    ]
+    images = [("0.27.1", False), ("0.32.0", False), ("0.33.0", False), ("0.30.0", True)]
+    for model, (i, env), (version, patched) in itertools.product(models, enumerate(envs), images):
+        b = B().model(model).accelerator("MI355X").tensor(8).data(2).expert().mtp(3)
+        b = _image(b, "rocm", version, patched)
+        for name, value in env.items():
+            b = b.env(name, value)
+        out.append((f"mtp-{model}-env{i}-{version}-{'patched' if patched else 'stock'}", b))
+    return out
+
+
+def pp_grid() -> list[tuple[str, B]]:
+    out = []
+    for partition, version, patched in itertools.product([None, "38,40", "39,39"], ["0.30.0", "0.33.0"], [False, True]):
+        b = _image(B().model("zai-org/GLM-5.3").accelerator("H200").tensor(4).pipeline(2), "cuda", version, patched)
+        if partition:
+            b = b.env("VLLM_PP_LAYER_PARTITION", partition)
+        out.append((f"pp2-{partition}-{version}-{'patched' if patched else 'stock'}", b))
+    return out
+
+
+GRID = mxfp4_grid() + mtp_grid() + pp_grid()
+
+
+def simulate(obj: dict[str, Any]) -> str:
+    """What the simulator does when launched as the sim fleet launches it for this deployment's pods."""
+    glmd = GLMDeployment.model_validate(obj)
+    plan = build_plan(glmd, CATALOGS)
+    env = {e["name"]: e["value"] for e in plan.env}
+    launch = parse_serve_args(plan.leader_args, env, plan.accelerator, plan.vllm_version or "", set(plan.patches))
+    return startup_error(launch) or fault_of(launch)
+
+
+@pytest.mark.parametrize("name, builder", GRID, ids=[n for n, _ in GRID])
+def test_admission_refuses_exactly_what_the_simulator_fails_on(name: str, builder: B) -> None:
+    obj = builder.remediation("Reject").namespace("ns").build()
+    result = admit(obj, CATALOGS)
+    refused_by = {e.rule for e in result.errors}
+    assert refused_by <= KNOWN, f"{name}: refused for reasons outside this grid: {result.rejection()}"
+    outcome = simulate(obj)
+    if result.allowed:
+        assert outcome == "none", f"{name}: admitted, but the simulator shows {outcome!r}"
+    else:
+        assert outcome != "none", f"{name}: refused ({sorted(refused_by)}) but the simulator serves cleanly"
+
+
+def test_the_grid_has_both_outcomes_for_every_rule() -> None:
+    refused: dict[str, int] = {}
+    admitted = 0
+    for _name, builder in GRID:
+        result = admit(builder.remediation("Reject").namespace("ns").build(), CATALOGS)
+        admitted += result.allowed
+        for e in result.errors:
+            refused[e.rule] = refused.get(e.rule, 0) + 1
+    assert set(refused) == KNOWN and admitted > 0, (refused, admitted)
