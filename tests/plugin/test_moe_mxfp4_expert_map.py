@@ -262,14 +262,18 @@ CT, INC = ct.CompressedTensorsW4A4Mxfp4MoEMethod, inc.INCMxfp4MoEMethod
 result["untouched_after_skips"] = not marked(Cut.__dict__["apply"]) and not marked(CT.__init__)
 
 # a target missing in a supported version refuses loudly, before anything is changed
+def missing(owner, name):
+    saved = owner.__dict__[name]
+    delattr(owner, name)
+    try:
+        run(ctx()); return "no error"
+    except PatchTargetMissing as exc:
+        return str(exc)
+    finally:
+        setattr(owner, name, saved)
 saved = cm.run_cutlass_moe_mxfp4
-del cm.run_cutlass_moe_mxfp4
-try:
-    run(ctx()); result["missing"] = "no error"
-except PatchTargetMissing as exc:
-    result["missing"] = str(exc)
-finally:
-    cm.run_cutlass_moe_mxfp4 = saved
+result["missing"] = missing(cm, "run_cutlass_moe_mxfp4")
+result["missing_batched"] = missing(FusedMoEParallelConfig, "use_batched_activation_format")
 result["untouched_after_missing"] = not marked(CT.__init__)
 try:
     run(ctx(GLMOPS_MOE_MXFP4_BACKEND="triton")); result["bad_backend"] = "no error"
@@ -280,7 +284,12 @@ def pc(backend, dp=2, ep=2):
     return FusedMoEParallelConfig(tp_size=1, pcp_size=1, dp_size=dp, ep_size=ep, tp_rank=0, pcp_rank=0, dp_rank=0,
         ep_rank=0, sp_size=1, use_ep=ep > 1, all2all_backend=backend, enable_eplb=False)
 BACKENDS = ["allgather_reducescatter", "deepep_high_throughput", "flashinfer_nvlink_one_sided",
-            "flashinfer_nvlink_two_sided", "deepep_low_latency"]
+            "flashinfer_nvlink_two_sided", "deepep_low_latency", "nixl_ep", "deepep_v2"]
+BATCHED = ["deepep_low_latency", "nixl_ep"]
+# vLLM's own reading: which layouts hand the experts per-expert batches, and which format the experts take
+result["batched_layout"] = {f"{b}/dp{dp}": bool(pc(b, dp=dp).use_batched_activation_format)
+                            for b in BACKENDS for dp in (1, 2)}
+result["experts_format"] = [Cut.activation_format().name, MarlinExperts.activation_format().name]
 result["parallel_before"] = {b: bool(Cut._supports_parallel_config(pc(b))) for b in BACKENDS}
 
 # apply, then apply again: no second wrapper
@@ -339,8 +348,8 @@ if result["apply_marked"]:
 
 # the methods' choice: a CUTLASS-capable GPU is simulated; the all-to-all backend and the switch decide
 Cut._supports_current_device = staticmethod(lambda: True)
-def build(cls, backend):
-    moe = types.SimpleNamespace(moe_parallel_config=pc(backend), moe_backend="auto")
+def build(cls, backend, dp=2):
+    moe = types.SimpleNamespace(moe_parallel_config=pc(backend, dp=dp), moe_backend="auto")
     try:
         m = cls(moe)
     except P.UnsupportedMoEDeployment as exc:
@@ -348,9 +357,13 @@ def build(cls, backend):
     marlin_backend = m.mxfp4_backend == Mxfp4MoeBackend.MARLIN
     return {"experts": m.experts_cls.__name__, "cutlass": m.use_cutlass_mxfp4, "marlin_backend": marlin_backend}
 METHODS = {"ct": CT, "inc": INC}
-result["choice_cutlass"] = {f"{k}/{b}": build(c, b) for k, c in METHODS.items() for b in BACKENDS[:4]}
+def choices():  # EP=2 with DP=2 (all-to-all kernels built), and DP=1 (tensor-only EP) for the batched layouts
+    out = {f"{k}/{b}": build(c, b) for k, c in METHODS.items() for b in BACKENDS}
+    out.update({f"{k}/{b}/dp1": build(c, b, dp=1) for k, c in METHODS.items() for b in BATCHED})
+    return out
+result["choice_cutlass"] = choices()
 run(ctx(GLMOPS_MOE_MXFP4_BACKEND="marlin"))
-result["choice_marlin"] = {f"{k}/{b}": build(c, b) for k, c in METHODS.items() for b in BACKENDS[:4]}
+result["choice_marlin"] = choices()
 Cut._supports_current_device = staticmethod(lambda: False)
 result["choice_no_cutlass_gpu"] = build(METHODS["ct"], "deepep_high_throughput")
 """
@@ -384,6 +397,8 @@ def test_real_vllm_switch_off_and_rocm_skip_and_leave_vllm_untouched(runtime: di
 def test_real_vllm_missing_target_or_bad_switch_refuses_to_start(runtime: dict, version: str) -> None:
     res = _result(runtime, version)
     assert "run_cutlass_moe_mxfp4" in res["missing"] and "not found" in res["missing"]
+    batched = res["missing_batched"]
+    assert "FusedMoEParallelConfig.use_batched_activation_format" in batched and "not found" in batched
     assert res["untouched_after_missing"] is True
     assert "GLMOPS_MOE_MXFP4_BACKEND: 'triton'" in res["bad_backend"]
 
@@ -426,28 +441,71 @@ def test_real_vllm_wrapped_apply_hands_local_ids_and_zero_weights_to_the_kernel(
     assert res["ep_patched_on_input"]["err"] <= 1e-5
 
 
+BATCHED = ("deepep_low_latency", "nixl_ep")
+CUTLASS = {"experts": "CutlassExpertsMxfp4", "cutlass": True, "marlin_backend": True}  # vLLM's initial backend
+MARLIN = {"experts": "MarlinExperts", "cutlass": False, "marlin_backend": True}
+LAYOUT = "cannot take this all-to-all layout"  # the CUTLASS refusal (the switch names Marlin as the way out)
+NEITHER = "neither the CUTLASS nor the Marlin"  # no experts choice helps: only another all-to-all backend does
+# What a W4A4 MXFP4 method built on a CUTLASS-capable GPU ends up with, per GLMOPS_MOE_MXFP4_BACKEND and
+# --all2all-backend, with EP=2 and DP=2 (all-to-all kernels built) or, for "/dp1", DP=1 (tensor-only EP).
+EXPECTED_CHOICE: dict[str, dict[str, dict[str, Any] | str]] = {
+    "cutlass": {
+        "allgather_reducescatter": CUTLASS,
+        "deepep_v2": CUTLASS,
+        "deepep_high_throughput": LAYOUT,
+        "flashinfer_nvlink_one_sided": LAYOUT,
+        "flashinfer_nvlink_two_sided": LAYOUT,
+        **{backend: NEITHER for backend in BATCHED},
+        **{f"{backend}/dp1": CUTLASS for backend in BATCHED},
+    },
+    "marlin": {
+        "allgather_reducescatter": MARLIN,
+        "deepep_v2": MARLIN,
+        "deepep_high_throughput": MARLIN,
+        "flashinfer_nvlink_one_sided": MARLIN,
+        "flashinfer_nvlink_two_sided": NEITHER,
+        **{backend: NEITHER for backend in BATCHED},
+        **{f"{backend}/dp1": MARLIN for backend in BATCHED},
+    },
+}
+
+
 @pytest.mark.parametrize("version", PROVEN_VERSIONS)
-def test_real_vllm_methods_refuse_layouts_cutlass_cannot_take_and_the_switch_selects_marlin(
+def test_real_vllm_reads_deepep_ll_and_nixl_ep_as_batched_only_with_data_parallel_and_both_experts_as_standard(
     runtime: dict, version: str
 ) -> None:
+    # The premise of the batched refusal, read from vLLM itself: those layouts hand the experts per-expert batches
+    # only when the all-to-all kernels are built (EP with DP > 1), and neither experts class takes batches.
     res = _result(runtime, version)
+    batched = {key for key, value in res["batched_layout"].items() if value}
+    assert batched == {f"{backend}/dp2" for backend in BATCHED}
+    assert res["experts_format"] == ["Standard", "Standard"]
+
+
+@pytest.mark.parametrize("switch", ["cutlass", "marlin"])
+@pytest.mark.parametrize("version", PROVEN_VERSIONS)
+def test_real_vllm_methods_refuse_layouts_their_experts_cannot_take_and_the_switch_selects_marlin(
+    runtime: dict, version: str, switch: str
+) -> None:
+    res = _result(runtime, version)
+    choice = res[f"choice_{switch}"]
     for method in ("ct", "inc"):
-        cutlass, marlin = res["choice_cutlass"], res["choice_marlin"]
-        assert cutlass[f"{method}/allgather_reducescatter"] == {
-            "experts": "CutlassExpertsMxfp4",
-            "cutlass": True,
-            "marlin_backend": True,  # vLLM's own initial value; the CUTLASS path does not read it
-        }
-        for backend in ("deepep_high_throughput", "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided"):
-            message = cutlass[f"{method}/{backend}"]["refused"]
-            assert message.startswith(f"--all2all-backend: {backend}: ")
-            assert "allgather_reducescatter" in message and "GLMOPS_MOE_MXFP4_BACKEND=marlin" in message
-        for backend in ("allgather_reducescatter", "deepep_high_throughput", "flashinfer_nvlink_one_sided"):
-            assert marlin[f"{method}/{backend}"] == {
-                "experts": "MarlinExperts",
-                "cutlass": False,
-                "marlin_backend": True,
-            }
-        assert "neither the CUTLASS nor the Marlin" in marlin[f"{method}/flashinfer_nvlink_two_sided"]["refused"]
+        got = {key.removeprefix(f"{method}/"): value for key, value in choice.items() if key.startswith(f"{method}/")}
+        assert got.keys() == EXPECTED_CHOICE[switch].keys()
+        for layout, expected in EXPECTED_CHOICE[switch].items():
+            if isinstance(expected, dict):
+                assert got[layout] == expected, (method, layout)
+                continue
+            assert "refused" in got[layout], (method, layout, got[layout])
+            message = got[layout]["refused"]
+            backend = layout.split("/")[0]
+            assert message.startswith(f"--all2all-backend: {backend}: ") and expected in message, (method, message)
+            assert "https://github.com/vllm-project/vllm/issues/58729" in message
+            assert "Use --all2all-backend allgather_reducescatter" in message
+            if expected == LAYOUT:
+                assert "GLMOPS_MOE_MXFP4_BACKEND=marlin" in message
+            if backend in BATCHED:
+                assert "batched" in message and "after loading every weight" in message
+                assert "deepep_high_throughput works with GLMOPS_MOE_MXFP4_BACKEND=marlin" in message
     # A GPU without CUTLASS MXFP4: vLLM picks Marlin itself and the patch stays out of the way.
-    assert res["choice_no_cutlass_gpu"] == {"experts": "MarlinExperts", "cutlass": False, "marlin_backend": True}
+    assert res["choice_no_cutlass_gpu"] == MARLIN

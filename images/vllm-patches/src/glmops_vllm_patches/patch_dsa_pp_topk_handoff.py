@@ -70,7 +70,9 @@ STATE_ATTR = "_glmops_topk_handoff"
 
 _BASE = "vllm.model_executor.models.deepseek_v2"
 _FORWARD_PARAMS = ("input_ids", "positions", "intermediate_tensors", "inputs_embeds")
-# The platform's DSA module (vllm/models/deepseek_v32/__init__.py picks nvidia on CUDA; amd on ROCm from 0.31.0).
+# The platform's DSA module. The registry sends GlmMoeDsaForCausalLM to deepseek_v2 on every platform in 0.27.1; from
+# 0.30.0 to vllm.models.deepseek_v32, whose __init__ picks nvidia on CUDA and, from 0.31.0, amd on ROCm (ROCm 0.30.0
+# falls back to deepseek_v2).
 _DSA_CLASS = {
     "cuda": Target("vllm.models.deepseek_v32.nvidia.model", "DeepseekV32ForCausalLM"),
     "rocm": Target("vllm.models.deepseek_v32.amd.model", "DeepseekV32ForCausalLM"),

@@ -8,8 +8,11 @@ Every supported version: the compressed-tensors and INC W4A4 MXFP4 methods pick 
 capability alone. The wrapped `__init__` then (a) refuses, at model construction and with the flag and the fix,
 the all-to-all backends whose token layout the CUTLASS kernel cannot take (DeepEP high-throughput, FlashInfer NVLink;
 vLLM 0.32.0 added this check to the kernel, 0.32/0.33 fail only after loading every weight, with no fix named),
-and (b) with `GLMOPS_MOE_MXFP4_BACKEND=marlin` runs this MoE on the Marlin MXFP4 experts instead (the reporter's
-verified workaround; `--moe-backend marlin` does not reach these methods).
+(b) with `GLMOPS_MOE_MXFP4_BACKEND=marlin` runs this MoE on the Marlin MXFP4 experts instead (the reporter's
+verified workaround; `--moe-backend marlin` does not reach these methods), and (c) with either choice refuses the
+batched all-to-all layouts (DeepEP low-latency, NIXL EP: per-expert token batches), which neither the CUTLASS nor the
+Marlin experts these methods build take (both standard format; the methods never build BatchedMarlinExperts), so
+vLLM fails there only after loading every weight (<= 0.31 in FusedMoEExperts.__init__, 0.32+ in its MXFP4 oracle).
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ INFO = PatchInfo(
         "index local weights and every MoE layer answers with the wrong experts (GSM8K near 0 %, no NaN, /health "
         "green). The methods pick CUTLASS by device capability alone and ignore --moe-backend marlin. On 0.32.0+ "
         "the kernel remaps ids but rejects the DeepEP high-throughput and FlashInfer NVLink all-to-all backends; "
-        "the methods still pick it, so the server fails after loading every weight with no fix named."
+        "the methods still pick it, so the server fails after loading every weight with no fix named. On every "
+        "version the batched all-to-all layouts (deepep_low_latency, nixl_ep with EP and DP > 1) fail the same way "
+        "after loading every weight, with CUTLASS and with Marlin: both experts take only the standard format."
     ),
     how=(
         "< 0.32.0: wrap CutlassExpertsMxfp4.apply to map topk ids through expert_map (routes to other ranks get "
@@ -48,13 +53,16 @@ INFO = PatchInfo(
         "where run_cutlass_moe_mxfp4 already takes expert_map. All versions: wrap the W4A4 MXFP4 methods' "
         "__init__ (compressed-tensors, INC): a CUTLASS choice with DeepEP HT or FlashInfer NVLink all-to-all is "
         "refused at model construction naming --all2all-backend and the fix; GLMOPS_MOE_MXFP4_BACKEND=marlin "
-        "(default cutlass) moves a CUTLASS choice to MarlinExperts."
+        "(default cutlass) moves a CUTLASS choice to MarlinExperts; with either value a CUTLASS choice with a "
+        "batched all-to-all layout (FusedMoEParallelConfig.use_batched_activation_format: DeepEP low-latency, "
+        "NIXL EP) is refused too (MarlinExperts takes only the standard format as well)."
     ),
     affected=VersionRange("0.27.1"),  # every supported version: the method guard; < 0.32.0 also the remap
     platforms=("cuda",),
     remove_when=(
         "the oldest supported vLLM is >= 0.32.0 and the W4A4 MXFP4 methods check the experts' parallel config "
-        "before loading weights (or pick experts through the MoE oracle) and honour --moe-backend marlin"
+        "before loading weights (or pick experts through the MoE oracle, batched layouts included) and honour "
+        "--moe-backend marlin"
     ),
 )
 
@@ -84,6 +92,8 @@ MARLIN_BACKEND = Target(_ORACLE, "Mxfp4MoeBackend.MARLIN")
 DEEPEP_HT = Target(_MOE_CONFIG, "FusedMoEParallelConfig.use_deepep_ht_kernels")
 FI_NVL_TWO_SIDED = Target(_MOE_CONFIG, "FusedMoEParallelConfig.use_fi_nvl_two_sided_kernels")
 FI_NVL_ONE_SIDED = Target(_MOE_CONFIG, "FusedMoEParallelConfig.use_fi_nvl_one_sided_kernels")
+# DeepEP low-latency or NIXL EP all-to-all kernels: tokens arrive as per-expert batches (BatchedExperts format).
+BATCHED_LAYOUT = Target(_MOE_CONFIG, "FusedMoEParallelConfig.use_batched_activation_format")
 CT_METHOD = Target(_CT, "CompressedTensorsW4A4Mxfp4MoEMethod")
 CT_INIT = Target(_CT, "CompressedTensorsW4A4Mxfp4MoEMethod.__init__", ("moe",))
 INC_METHOD = Target(_INC, "INCMxfp4MoEMethod")
@@ -104,7 +114,15 @@ class UnsupportedMoEDeployment(ValueError):
 
 
 def targets(ctx: Context) -> tuple[Target, ...]:
-    common = (CUTLASS_EXPERTS, MARLIN_EXPERTS, MARLIN_BACKEND, DEEPEP_HT, FI_NVL_TWO_SIDED, FI_NVL_ONE_SIDED)
+    common = (
+        CUTLASS_EXPERTS,
+        MARLIN_EXPERTS,
+        MARLIN_BACKEND,
+        DEEPEP_HT,
+        FI_NVL_TWO_SIDED,
+        FI_NVL_ONE_SIDED,
+        BATCHED_LAYOUT,
+    )
     methods = tuple(t for pair in METHOD_INITS for t in pair)
     if ctx.version < UPSTREAM_REMAP:
         return (*common, CUTLASS_APPLY, CUTLASS_PARALLEL, RUN_CUTLASS, *methods)
@@ -147,8 +165,8 @@ def apply(ctx: Context, found: Mapping[Target, Any]) -> str:
             cls, "__init__", _wrap_method_init(found[init], cutlass_cls, found[MARLIN_EXPERTS], found[MARLIN_BACKEND])
         )
     done.append(
-        f"W4A4 MXFP4 methods (compressed-tensors, INC) refuse CUTLASS with DeepEP HT/FlashInfer NVLink all-to-all; "
-        f"MXFP4 MoE experts: {backend} ({BACKEND_ENV})"
+        f"W4A4 MXFP4 methods (compressed-tensors, INC) refuse CUTLASS with DeepEP HT/FlashInfer NVLink all-to-all "
+        f"and either experts with batched all-to-all (DeepEP LL, NIXL EP); MXFP4 MoE experts: {backend} ({BACKEND_ENV})"
     )
     return "; ".join(done)
 
@@ -201,10 +219,11 @@ def _wrap_method_init(
 
 
 def _check_cutlass_choice(method: Any, moe: Any, marlin_cls: type, marlin_backend: Any) -> None:
-    """The method picked the CUTLASS experts: move it to Marlin when asked, refuse a layout CUTLASS cannot take."""
+    """The method picked the CUTLASS experts: refuse a layout the experts it runs cannot take, move it to Marlin."""
     pc = moe.moe_parallel_config
     rejected = rejected_all2all(pc)
     where = f"{type(method).__name__}"
+    _refuse_batched_layout(pc, where)
     if _settings["backend"] == "marlin":
         if pc.use_fi_nvl_two_sided_kernels:
             raise UnsupportedMoEDeployment(
@@ -226,12 +245,26 @@ def _check_cutlass_choice(method: Any, moe: Any, marlin_cls: type, marlin_backen
             if version is not None and version < UPSTREAM_REMAP
             else "vLLM would refuse it only after loading every weight"
         )
+        # Marlin takes every layout CUTLASS rejects but the FlashInfer two-sided one.
+        marlin = "" if pc.use_fi_nvl_two_sided_kernels else f", or set {BACKEND_ENV}=marlin to run this MoE on Marlin"
         raise UnsupportedMoEDeployment(
             f"--all2all-backend: {rejected}: the CUTLASS MXFP4 MoE experts that {where} picks on this GPU cannot "
             f"take this all-to-all layout with expert parallelism; {outcome} (glmops patch {INFO.name}, "
-            f"{INFO.issue_url}). Use --all2all-backend allgather_reducescatter, or set {BACKEND_ENV}=marlin to run "
-            "this MoE on the Marlin MXFP4 experts."
+            f"{INFO.issue_url}). Use --all2all-backend allgather_reducescatter{marlin}."
         )
+
+
+def _refuse_batched_layout(pc: Any, where: str) -> None:
+    """DeepEP low-latency / NIXL EP hand the experts per-expert batches; CUTLASS and MarlinExperts take neither."""
+    if not pc.use_batched_activation_format:
+        return
+    backend = getattr(pc, "all2all_backend", "?")
+    raise UnsupportedMoEDeployment(
+        f"--all2all-backend: {backend}: this all-to-all hands the MoE experts per-expert token batches (batched "
+        f"format); neither the CUTLASS nor the Marlin MXFP4 MoE experts that {where} builds take it, so vLLM would "
+        f"fail only after loading every weight (glmops patch {INFO.name}, {INFO.issue_url}). Use --all2all-backend "
+        f"allgather_reducescatter (deepep_high_throughput works with {BACKEND_ENV}=marlin)."
+    )
 
 
 def _marked(func: Callable[..., Any]) -> Callable[..., Any]:
