@@ -1,6 +1,69 @@
-"""Contracts several modules share: a value written here is the one the renderer, the rules and the tests use."""
+"""Contracts several modules share: a value written here is the one the renderer, the rules, the handlers, the
+simulator fleet and the tests use. Change one here and every user follows; `tests/unit/test_contracts.py` checks
+that what is rendered still satisfies what is watched."""
 
 from __future__ import annotations
+
+from enum import StrEnum
+
+# --- Labels and selectors ------------------------------------------------------------------------------------------
+
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "glmops"
+LABEL_PART_OF = "app.kubernetes.io/part-of"
+LABEL_DEPLOYMENT = "glmops.dev/deployment"
+"""On every owned object and pod: the name of the GLMDeployment it belongs to (in the same namespace)."""
+LABEL_SERVING = "glmops.dev/serving"
+"""On pods (and selectors) that serve HTTP: the canary gate watches these, the Service selects them."""
+LABEL_ROLE = "glmops.dev/role"
+ROLE_GROUP = "group"
+"""The role of StatefulSet node-group pods; only index 0 of a group serves HTTP, the others mirror its gate."""
+LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
+
+MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
+SERVING = {LABEL_SERVING: "true", **MANAGED}
+"""The labels of a serving pod as the kopf watch selects it."""
+
+
+def selector(labels: dict[str, str]) -> str:
+    """A label selector string for exact matches, e.g. `glmops.dev/serving=true,app.kubernetes.io/managed-by=glmops`."""
+    return ",".join(f"{k}={v}" for k, v in labels.items())
+
+
+# --- Ports -------------------------------------------------------------------------------------------------------
+
+VLLM_PORT = 8000
+"""vLLM's HTTP port in every serving pod: the Service, the probes, the canaries and the simulator fleet use it."""
+
+# --- Status conditions -------------------------------------------------------------------------------------------
+
+
+class ConditionType(StrEnum):
+    """The condition types of a GLMDeployment's status."""
+
+    VALIDATED = "Validated"
+    PROGRESSING = "Progressing"
+    READY = "Ready"
+    DEGRADED = "Degraded"
+    IMAGE_BUILDING = "ImageBuilding"
+    CATALOG = "CatalogLoaded"
+
+
+class Reason(StrEnum):
+    """Reasons the reconcile planner writes (rules, readiness and image builds name their own)."""
+
+    BLOCKED = "Blocked"
+    APPLIED = "Applied"
+    APPLY_FAILED = "ApplyFailed"
+    WAITING_FOR_IMAGE = "WaitingForImage"
+    IMAGE_BUILD_FAILED = "ImageBuildFailed"
+    PATCHES_NOT_LOADED = "PatchesNotLoaded"
+    AS_PLANNED = "AsPlanned"
+    CATALOG_OK = "CatalogOK"
+    CATALOG_INVALID = "CatalogInvalid"
+
+
+# --- Rendering decisions the rules read ----------------------------------------------------------------------------
 
 ROCM_AITER_ENV = "VLLM_ROCM_USE_AITER"
 ROCM_AITER_RENDERED = "1"

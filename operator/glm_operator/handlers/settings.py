@@ -8,6 +8,7 @@ from typing import Any
 
 import kopf
 
+from glm_operator.api.constants import MANAGED, SERVING, selector
 from glm_operator.k8s.metrics import serve_metrics
 from glm_operator.k8s.webhooks import webhook_server_from_env
 from glm_operator.render.imagebuild import BuildSettings
@@ -41,9 +42,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.client_timeout = 330
     # Owned objects are watched with a server-side label selector: never every object in the cluster.
     for resource in OWNED_RESOURCES:
-        settings.watching.label_selectors[resource] = "app.kubernetes.io/managed-by=glmops"
+        settings.watching.label_selectors[resource] = selector(MANAGED)
     # Only the operator's own serving pods are watched (for the canary gate), selected by the server.
-    settings.watching.label_selectors["v1", "pods"] = "glmops.dev/serving=true,app.kubernetes.io/managed-by=glmops"
+    settings.watching.label_selectors["v1", "pods"] = selector(SERVING)
     if os.environ.get("GLMOPS_METRICS_PORT"):
         serve_metrics(int(os.environ["GLMOPS_METRICS_PORT"]))
     server = webhook_server_from_env(os.environ)

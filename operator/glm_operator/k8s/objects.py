@@ -6,6 +6,7 @@ idempotent: applying an unchanged object changes nothing and wakes no watcher.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -18,6 +19,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
 from glm_operator.api import API_VERSION, GROUP, PLURAL, VERSION
+from glm_operator.api.constants import LABEL_DEPLOYMENT, selector
 from glm_operator.k8s.client import api_client
 
 log = logging.getLogger(__name__)
@@ -93,28 +95,19 @@ def owned(namespace: str, name: str) -> Iterable[dict[str, Any]]:
         if kind == "LeaderWorkerSet" and not lws_available():
             continue
         res = _resource(api_version, kind)
-        items = res.get(namespace=namespace, label_selector=f"glmops.dev/deployment={name}").to_dict()["items"]
+        items = res.get(namespace=namespace, label_selector=selector({LABEL_DEPLOYMENT: name})).to_dict()["items"]
         for item in items:
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
             yield item
 
 
-def prune(namespace: str, name: str, keep: set[tuple[str, str]]) -> list[str]:
-    """Delete owned objects the current plan no longer renders (e.g. a Deployment after a move to LWS)."""
-    removed = []
-    for item in list(owned(namespace, name)):
-        key = (item["kind"], item["metadata"]["name"])
-        if key in keep:
-            continue
-        try:
-            _resource(item["apiVersion"], item["kind"]).delete(
-                name=key[1], namespace=namespace, body={"propagationPolicy": "Background"}
-            )
-            removed.append(f"{key[0]}/{key[1]}")
-        except NotFoundError:
-            pass
-    return removed
+def delete(namespace: str, items: Iterable[tuple[str, str, str]]) -> None:
+    """Delete owned objects (apiVersion, kind, name) the plan no longer renders; already gone is fine."""
+    for api_version, kind, name in items:
+        with contextlib.suppress(NotFoundError):
+            background = {"propagationPolicy": "Background"}
+            _resource(api_version, kind).delete(name=name, namespace=namespace, body=background)
 
 
 def get_glmdeployment(namespace: str, name: str) -> dict[str, Any] | None:

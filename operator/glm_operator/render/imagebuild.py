@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from glm_operator.api.constants import LABEL_PART_OF, MANAGED, MANAGED_BY
 from glm_operator.api.glmimage import IMAGE_KIND, Builder, GLMImage
 from glm_operator.api.v1alpha1 import API_VERSION, GLMDeploymentSpec
 from glm_operator.catalog.bundle import Catalogs
@@ -124,7 +125,7 @@ def glmimage_manifest(
         "kind": IMAGE_KIND,
         "metadata": {
             "name": image_name(platform, ref),
-            "labels": {"app.kubernetes.io/managed-by": "glmops", "app.kubernetes.io/part-of": "glmops"},
+            "labels": {**MANAGED, LABEL_PART_OF: MANAGED_BY},
         },
         "spec": {
             "vllmVersion": version,
@@ -165,7 +166,7 @@ def _meta(image: GLMImage, name: str, namespace: str) -> dict[str, Any]:
         "namespace": namespace,
         "labels": {
             IMAGE_LABEL: image.metadata["name"],
-            "app.kubernetes.io/managed-by": "glmops",
+            **MANAGED,
             "app.kubernetes.io/component": "image-build",
         },
         "ownerReferences": [owner],

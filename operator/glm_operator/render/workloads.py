@@ -13,6 +13,14 @@ import shlex
 from typing import Any
 
 from glm_operator.api import GLMDeployment
+from glm_operator.api.constants import (
+    LABEL_DEPLOYMENT,
+    LABEL_POD_INDEX,
+    LABEL_ROLE,
+    LABEL_SERVING,
+    MANAGED,
+    ROLE_GROUP,
+)
 from glm_operator.render.plan import HTTP_PORT, LEADER_ADDRESS, NODE_RANK, Plan
 
 CANARY_CONDITION = "glmops.dev/canary"
@@ -26,11 +34,11 @@ def labels(plan: Plan, role: str | None = None) -> dict[str, str]:
     out = {
         "app.kubernetes.io/name": "vllm",
         "app.kubernetes.io/instance": plan.name,
-        "app.kubernetes.io/managed-by": "glmops",
-        "glmops.dev/deployment": plan.name,
+        **MANAGED,
+        LABEL_DEPLOYMENT: plan.name,
     }
     if role:
-        out["glmops.dev/role"] = role
+        out[LABEL_ROLE] = role
     return out
 
 
@@ -135,7 +143,7 @@ def pod_template(
         spec["readinessGates"] = [{"conditionType": CANARY_CONDITION}]
     return {
         "metadata": {
-            "labels": {**labels(plan, role), **({"glmops.dev/serving": "true"} if serving else {})},
+            "labels": {**labels(plan, role), **({LABEL_SERVING: "true"} if serving else {})},
             "annotations": {"glmops.dev/command-hash": plan.command_hash},
         },
         "spec": spec,
@@ -224,7 +232,7 @@ def stateful_sets(plan: Plan, glmd: GLMDeployment, owner: Owner) -> list[dict[st
                     "replicas": plan.nodes_per_replica,
                     "serviceName": f"{plan.name}-nodes",
                     "podManagementPolicy": "Parallel",
-                    "selector": {"matchLabels": {**labels(plan, "group"), "glmops.dev/replica": str(replica)}},
+                    "selector": {"matchLabels": {**labels(plan, ROLE_GROUP), "glmops.dev/replica": str(replica)}},
                     "template": template,
                 },
             }
@@ -233,9 +241,9 @@ def stateful_sets(plan: Plan, glmd: GLMDeployment, owner: Owner) -> list[dict[st
 
 
 def services(plan: Plan, owner: Owner, headless: bool) -> list[dict[str, Any]]:
-    serving = {**labels(plan), "glmops.dev/serving": "true"}
+    serving = {**labels(plan), LABEL_SERVING: "true"}
     if headless:  # StatefulSet groups: only pod 0 of each group serves HTTP
-        serving["apps.kubernetes.io/pod-index"] = "0"
+        serving[LABEL_POD_INDEX] = "0"
     out = [
         {
             "apiVersion": "v1",
@@ -262,7 +270,7 @@ def disruption_budget(plan: Plan, owner: Owner) -> dict[str, Any]:
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _meta(plan, plan.name, owner),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {**labels(plan), "glmops.dev/serving": "true"}}},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {**labels(plan), LABEL_SERVING: "true"}}},
     }
 
 

@@ -17,10 +17,11 @@ import sys
 import time
 from typing import Any
 
+from glm_operator.api.constants import LABEL_DEPLOYMENT, SERVING, VLLM_PORT, selector
 from glm_operator.catalog.images import load_images
 from glm_operator.k8s.client import core_v1
 
-SELECTOR = "glmops.dev/serving=true,app.kubernetes.io/managed-by=glmops"
+SELECTOR = selector(SERVING)
 _LEADER = re.compile(r"then exec (.*?); else exec")
 
 
@@ -44,11 +45,11 @@ def sim_argv(pod: Any, gpu: str, gsm8k: str | None, fault: str | None) -> list[s
         "--host",
         pod.status.pod_ip,
         "--port",
-        "8000",
+        str(VLLM_PORT),
         "--gpu",
         gpu,
         "--vllm-version",
-        image.version or "0.33.0",
+        image.version or load_images().default_version,
         "--patches",
         ",".join(image.patches),
         "--fault",
@@ -88,7 +89,7 @@ def run(gsm8k: str | None, overrides: dict[str, str], interval: float = 1.0) -> 
                 node = pod.spec.node_name
                 if node not in gpus:
                     gpus[node] = (api.read_node(node).metadata.labels or {}).get("glmops.dev/accelerator", "H200")
-                parent = f"{pod.metadata.namespace}/{pod.metadata.labels.get('glmops.dev/deployment', '')}"
+                parent = f"{pod.metadata.namespace}/{pod.metadata.labels.get(LABEL_DEPLOYMENT, '')}"
                 env = {e.name: e.value for e in pod.spec.containers[0].env or [] if e.value is not None}
                 argv = sim_argv(pod, gpus[node], gsm8k, overrides.get(parent) or _annotated_fault(pod))
                 running[key] = subprocess.Popen(
@@ -113,7 +114,7 @@ def _annotated_fault(pod: Any) -> str | None:
 
     from glm_operator.k8s.objects import get_glmdeployment
 
-    name = (pod.metadata.labels or {}).get("glmops.dev/deployment")
+    name = (pod.metadata.labels or {}).get(LABEL_DEPLOYMENT)
     try:
         body = get_glmdeployment(pod.metadata.namespace, name) if name else None
     except kubernetes.client.ApiException:
