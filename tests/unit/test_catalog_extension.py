@@ -52,6 +52,7 @@ def test_an_extended_image_carries_its_patches() -> None:
         ("images: {r/i:v1: {version: 0.30.0, platform: cuda, patches: [nope]}}", "unknown patches ['nope']"),
         ("widgets: {}", "expected a mapping with accelerators, models and/or images"),
         ("models: [unclosed", "not valid YAML"),
+        ("accelerators: {H200: {archFamily: sm10}}", "archFamily\n  Input should be 'sm90', 'sm100'"),
     ],
 )
 def test_a_bad_extension_names_the_entry(text: str, fragment: str) -> None:
@@ -64,6 +65,15 @@ def test_catalog_source_ignores_a_broken_extension_and_says_why() -> None:
     source = CatalogSource("ns/cm", reader=lambda ns, name: "widgets: {}", ttl_seconds=0)
     assert source.get().models == Catalogs.packaged().models
     assert source.last_error is not None and "expected a mapping" in source.last_error
+
+
+def test_catalog_source_keeps_the_last_good_extension_when_a_new_one_breaks() -> None:
+    texts = iter([EXTENSION, "widgets: {}", EXTENSION])
+    source = CatalogSource("ns/cm", reader=lambda ns, name: next(texts), ttl_seconds=0)
+    assert source.get().models.lookup("acme/GLM-5.3-ft") is not None and source.last_error is None
+    assert source.get().models.lookup("acme/GLM-5.3-ft") is not None and source.last_error is not None
+    source.get()
+    assert source.last_error is None
 
 
 def test_catalog_source_rereads_after_its_ttl() -> None:

@@ -1,4 +1,4 @@
-"""GLMDeployment handlers: re-check the rules, render, apply the owned objects, report status."""
+"""GLMDeployment handlers: gather what was observed, call the planner, apply its outcome, write its status."""
 
 from __future__ import annotations
 
@@ -7,112 +7,37 @@ from typing import Any, cast
 import kopf
 import kubernetes
 
-from glm_operator.api import GROUP, PLURAL, VERSION, GLMDeployment
-from glm_operator.api.conditions import set_condition
+from glm_operator.api import GROUP, PLURAL, VERSION
+from glm_operator.api.constants import LABEL_DEPLOYMENT, MANAGED
 from glm_operator.handlers.admission import CATALOGS
 from glm_operator.handlers.settings import IMAGE_BUILD, OWNED_RESOURCES
 from glm_operator.k8s import objects
-from glm_operator.k8s.imagebuild import gate_plan
-from glm_operator.render.imagestate import ImageGate
-from glm_operator.render.plan import Plan, build_plan
-from glm_operator.render.status import readiness
-from glm_operator.render.workloads import render_objects
-from glm_operator.rules.engine import validated_condition
-
-WORKLOAD_KINDS = {"Deployment", "StatefulSet", "LeaderWorkerSet"}
+from glm_operator.k8s.imagebuild import ensure_glmimage
+from glm_operator.planner.deployment import Observed, Outcome, image_request, plan
 
 
-def reconcile_body(body: dict[str, Any], logger: Any) -> dict[str, Any]:
-    """Render and apply one GLMDeployment; return the status fields to write."""
-    meta, status = body["metadata"], body.get("status") or {}
-    generation = meta.get("generation")
-    conditions = list(status.get("conditions") or [])
-    verdict = validated_condition(body, CATALOGS.get())
-    conditions = set_condition(conditions, "Validated", verdict.status, verdict.reason, verdict.message, generation)
-    out: dict[str, Any] = {"observedGeneration": generation, "remediations": verdict.remediations}
-    if verdict.spec is not None:
-        out |= {"parallelism": verdict.spec.parallelism.summary(), "gpusPerReplica": verdict.spec.parallelism.gpus()}
-    if verdict.status == "False":
-        conditions = set_condition(
-            conditions,
-            "Progressing",
-            "False",
-            "Blocked",
-            "not deployed: the rules refuse this spec (see Validated)",
-            generation,
-        )
-        return out | {"conditions": conditions}
-    glmd = GLMDeployment.model_validate(body)
-    plan, gate = gate_plan(build_plan(glmd, CATALOGS.get()), CATALOGS.get(), IMAGE_BUILD)
-    if gate is not None:
-        conditions = set_condition(conditions, "ImageBuilding", gate.status, gate.reason, gate.message, generation)
-        if gate.image_ref is None:
-            return out | _waiting_for_image(plan, gate, conditions, generation)
-    owner = {"apiVersion": glmd.api_version, "kind": glmd.kind, "name": meta["name"], "uid": meta["uid"]}
-    rendered = render_objects(plan, glmd, owner, objects.lws_available())
+def reconcile_body(body: dict[str, Any], logger: Any) -> Outcome:
+    """Gather what the planner needs, plan, apply its objects and deletions; return the outcome."""
+    catalogs = CATALOGS.get()
+    meta = body["metadata"]
+    request = image_request(body, catalogs, IMAGE_BUILD)
+    observed = Observed(
+        owned=tuple(objects.owned(meta["namespace"], meta["name"])),
+        lws_available=objects.lws_available(),
+        glmimage=ensure_glmimage(request) if request is not None else None,
+        catalog_error=CATALOGS.last_error,
+    )
+    outcome = plan(body, observed, catalogs)
     try:
-        applied = [objects.apply(o) for o in rendered]
-        removed = objects.prune(plan.namespace, plan.name, {(o["kind"], o["metadata"]["name"]) for o in rendered})
+        for obj in outcome.apply:
+            objects.apply(obj)
+        objects.delete(meta["namespace"], outcome.delete)
     except kubernetes.client.ApiException as err:
-        conditions = set_condition(
-            conditions,
-            "Progressing",
-            "False",
-            "ApplyFailed",
-            f"{err.status} {err.reason}: {err.body}"[:1000],
-            generation,
-        )
-        raise kopf.TemporaryError(f"applying owned objects failed: {err.reason}", delay=15) from err
-    if removed:
-        logger.info(f"removed objects the plan no longer renders: {', '.join(removed)}")
-    workloads = [a for a in applied if a["kind"] in WORKLOAD_KINDS]
-    kind = workloads[0]["kind"] if workloads else "none"
-    conditions = set_condition(
-        conditions,
-        "Progressing",
-        "True",
-        "Applied",
-        f"{kind} for {plan.replicas} replica(s) of {plan.nodes_per_replica} node(s); image {plan.image}",
-        generation,
-    )
-    notes = "; ".join(plan.notes)
-    conditions = set_condition(
-        conditions,
-        "Degraded",
-        "True" if notes else "False",
-        "PatchesNotLoaded" if notes else "AsPlanned",
-        notes or "no known degradation",
-        generation,
-    )
-    return out | {
-        "plan": plan.summary(),
-        "replicas": plan.replicas,
-        "conditions": conditions,
-        **_ready_fields(workloads, plan.replicas, conditions, generation),
-    }
-
-
-def _waiting_for_image(
-    plan: Plan, gate: ImageGate, conditions: list[dict[str, Any]], generation: int | None
-) -> dict[str, Any]:
-    """Status while the patched image is not built: nothing is rendered until its digest is known."""
-    reason = "ImageBuildFailed" if gate.failed else "WaitingForImage"
-    conditions = set_condition(conditions, "Progressing", "False", reason, gate.message, generation)
-    conditions = set_condition(
-        conditions, "Ready", "False", reason, f"no workload until {plan.image} is built and pinned", generation
-    )
-    return {"plan": plan.summary(), "replicas": plan.replicas, "conditions": conditions}
-
-
-def _ready_fields(
-    workloads: list[dict[str, Any]], wanted: int, conditions: list[dict[str, Any]], generation: int | None
-) -> dict[str, Any]:
-    state = readiness(workloads)
-    status, reason, message = state.condition(wanted)
-    return {
-        "readyReplicas": state.ready,
-        "conditions": set_condition(conditions, "Ready", status, reason, message, generation),
-    }
+        raise kopf.TemporaryError(f"applying owned objects failed: {err.status} {err.reason}", delay=15) from err
+    if outcome.delete:
+        removed = ", ".join(f"{kind}/{name}" for _api, kind, name in outcome.delete)
+        logger.info(f"removed objects the plan no longer renders: {removed}")
+    return outcome
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL, id="glmops-reconcile")
@@ -120,19 +45,14 @@ def _ready_fields(
 @kopf.on.update(GROUP, VERSION, PLURAL, id="glmops-reconcile", field="spec")
 def reconcile(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
     """Apply the rendered workload, Service, PDB and canary ConfigMap; record plan and conditions."""
-    result = reconcile_body(dict(body), logger)
-    patch.status.update(result)
-    kopf.info(body, reason="Reconciled", message=_describe(result))
-
-
-def _describe(status: dict[str, Any]) -> str:
-    conds = {c["type"]: c for c in status.get("conditions", [])}
-    progressing = conds.get("Progressing", {})
-    return f"{progressing.get('reason', '')}: {progressing.get('message', '')}"
+    outcome = reconcile_body(dict(body), logger)
+    patch.status.update(outcome.status_patch())
+    for event in outcome.events:
+        (kopf.info if event.type == "Normal" else kopf.warn)(body, reason=event.reason, message=event.message)
 
 
 def _parent(meta: kopf.Meta) -> tuple[str, str] | None:
-    name = (meta.get("labels") or {}).get("glmops.dev/deployment")
+    name = (meta.get("labels") or {}).get(LABEL_DEPLOYMENT)
     namespace = meta.get("namespace")
     return (namespace, name) if name and namespace else None
 
@@ -143,10 +63,9 @@ def refresh(namespace: str, name: str, logger: Any) -> dict[str, Any] | None:
     if body is None or body["metadata"].get("deletionTimestamp"):
         return None  # the owner is going away; garbage collection removes the rest
     before = body.get("status") or {}
-    status = reconcile_body(body, logger)
-    changed = {k: v for k, v in status.items() if before.get(k) != v}
-    if changed:
-        objects.patch_glmdeployment_status(namespace, name, {**status})
+    status = reconcile_body(body, logger).status_patch()
+    if any(before.get(k) != v for k, v in status.items()):
+        objects.patch_glmdeployment_status(namespace, name, status)
     return body
 
 
@@ -163,6 +82,4 @@ def _owned_event(type: str, meta: kopf.Meta, logger: kopf.Logger, **_: Any) -> N
 
 
 for _resource in OWNED_RESOURCES:
-    kopf.on.event(*_resource, id=f"glmops-owned-{_resource[-1]}", labels={"app.kubernetes.io/managed-by": "glmops"})(
-        _owned_event
-    )
+    kopf.on.event(*_resource, id=f"glmops-owned-{_resource[-1]}", labels=MANAGED)(_owned_event)

@@ -32,7 +32,8 @@ def _read_configmap(namespace: str, name: str) -> str | None:
 
 
 class CatalogSource:
-    """Packaged catalogs plus the ConfigMap's extension; a broken extension is logged and ignored."""
+    """Packaged catalogs plus the ConfigMap's extension. A broken extension is reported (`last_error`, which the
+    planner turns into a condition and an Event on every GLMDeployment) and the last good catalogs stay in use."""
 
     def __init__(
         self,
@@ -48,6 +49,7 @@ class CatalogSource:
         self._reader = reader
         self._lock = threading.Lock()
         self._cached: tuple[float, Catalogs] | None = None
+        self._last_good: Catalogs | None = None
         self.last_error: str | None = None
 
     def get(self) -> Catalogs:
@@ -69,9 +71,10 @@ class CatalogSource:
         try:
             text = self._reader(namespace, name)
             catalogs = packaged.extend(text, source=f"configmap {self._ref}") if text else packaged
-            self.last_error = None
-            return catalogs
         except CatalogError as err:
             self.last_error = str(err)
-            log.error("ignoring the catalog extension: %s", err)
-            return packaged
+            log.error("keeping the last good catalogs: %s", err)
+            return self._last_good or packaged
+        self.last_error = None
+        self._last_good = catalogs
+        return catalogs

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -30,12 +29,9 @@ from glm_operator.render.imagebuild import (
     BuildSettings,
     build_job,
     context_configmap,
-    glmimage_manifest,
     job_name,
-    needs_build,
 )
-from glm_operator.render.imagestate import BuildOutcome, ImageGate, build_outcome, image_gate, image_status
-from glm_operator.render.plan import Plan
+from glm_operator.render.imagestate import BuildOutcome, build_outcome, image_status
 
 log = logging.getLogger(__name__)
 
@@ -65,19 +61,6 @@ def ensure_glmimage(manifest: dict[str, Any]) -> dict[str, Any]:
         if err.status != 409:
             raise
     return get_glmimage(name) or manifest
-
-
-def gate_plan(plan: Plan, catalogs: Catalogs, settings: BuildSettings) -> tuple[Plan, ImageGate | None]:
-    """The plan pinned to its built image's digest, and the ImageBuilding gate (None: nothing to build)."""
-    if plan.vllm_version is None or not needs_build(
-        settings, catalogs.images, plan.image, plan.platform, plan.vllm_version
-    ):
-        return plan, None
-    manifest = glmimage_manifest(plan.platform, plan.vllm_version, plan.image, plan.patches, settings.builder)
-    gate = image_gate(ensure_glmimage(manifest), plan.image)
-    if gate.image_ref is None:
-        return plan, gate
-    return replace(plan, image_digest=gate.image_ref.rsplit("@", 1)[1]), gate
 
 
 def _push_credentials(settings: BuildSettings, ref: str) -> Credentials | None:

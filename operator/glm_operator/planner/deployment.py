@@ -1,0 +1,189 @@
+"""Reconcile one GLMDeployment as a pure decision.
+
+`plan(desired, observed, catalogs)` takes the stored object, what the handler read from the API server (the owned
+objects labelled for it, whether the LeaderWorkerSet API is served, the GLMImage its image needs) and the catalogs,
+and returns an `Outcome`: the objects to apply, the owned objects to delete, the typed status and the events. The
+kopf handler only gathers `Observed`, calls this, applies the outcome through `k8s/` and writes the status; every
+branch here (blocked, waiting for an image, applied, degraded) has a unit test without a cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from glm_operator.api import GLMDeployment
+from glm_operator.api.conditions import set_condition
+from glm_operator.api.constants import ConditionType, Reason
+from glm_operator.api.v1alpha1 import GLMDeploymentStatus
+from glm_operator.catalog.bundle import Catalogs
+from glm_operator.render.imagebuild import BuildSettings, glmimage_manifest, needs_build
+from glm_operator.render.imagestate import image_gate
+from glm_operator.render.plan import Plan, build_plan
+from glm_operator.render.status import readiness
+from glm_operator.render.workloads import render_objects
+from glm_operator.rules.engine import Verdict, validated_condition
+
+WORKLOAD_KINDS = frozenset({"Deployment", "StatefulSet", "LeaderWorkerSet"})
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+@dataclass(frozen=True)
+class Event:
+    """An Event to post on the GLMDeployment."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the handler read from the API server before planning."""
+
+    owned: tuple[dict[str, Any], ...] = ()  # every owned object labelled for this deployment, as listed
+    lws_available: bool = False
+    glmimage: dict[str, Any] | None = None  # the GLMImage `image_request` asked for, once it exists
+    catalog_error: str | None = None  # why the cluster's catalog extension was refused (the last good one is used)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What to do: apply these objects, delete those, write this status, post these events."""
+
+    status: GLMDeploymentStatus
+    apply: tuple[dict[str, Any], ...] = ()
+    delete: tuple[tuple[str, str, str], ...] = ()  # (apiVersion, kind, name) of owned objects no longer rendered
+    events: tuple[Event, ...] = ()
+
+    def status_patch(self) -> dict[str, Any]:
+        """The status as a merge patch: the fields this reconcile decided (the canary's own stay untouched)."""
+        return self.status.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+@dataclass
+class _Conditions:
+    """The conditions being written, each through `set_condition` (transition times move only on a change)."""
+
+    items: list[dict[str, Any]]
+    generation: int | None
+
+    def set(self, type_: ConditionType, status: ConditionStatus, reason: str, message: str) -> None:
+        self.items = set_condition(self.items, type_.value, status, reason, message, self.generation)
+
+
+@dataclass(frozen=True)
+class _Desired:
+    """The stored object, parsed once."""
+
+    body: dict[str, Any]
+    verdict: Verdict
+    conditions: _Conditions = field(compare=False)
+
+    @property
+    def generation(self) -> int | None:
+        generation: int | None = self.body["metadata"].get("generation")
+        return generation
+
+
+def image_request(body: dict[str, Any], catalogs: Catalogs, settings: BuildSettings) -> dict[str, Any] | None:
+    """The GLMImage this deployment's image needs built (the handler creates it when absent), or None."""
+    if validated_condition(body, catalogs).status != "True":
+        return None
+    plan = build_plan(GLMDeployment.model_validate(body), catalogs)
+    if plan.vllm_version is None or not needs_build(
+        settings, catalogs.images, plan.image, plan.platform, plan.vllm_version
+    ):
+        return None
+    return glmimage_manifest(plan.platform, plan.vllm_version, plan.image, plan.patches, settings.builder)
+
+
+def plan(body: dict[str, Any], observed: Observed, catalogs: Catalogs) -> Outcome:
+    """The whole decision of one reconcile."""
+    previous = (body.get("status") or {}).get("conditions") or []
+    verdict = validated_condition(body, catalogs)
+    desired = _Desired(body, verdict, _Conditions(list(previous), body["metadata"].get("generation")))
+    desired.conditions.set(ConditionType.VALIDATED, verdict.status, verdict.reason, verdict.message)
+    catalog_events = _catalog_condition(desired, observed.catalog_error)
+    if verdict.status == "False":
+        message = "not deployed: the rules refuse this spec (see Validated)"
+        desired.conditions.set(ConditionType.PROGRESSING, "False", Reason.BLOCKED, message)
+        return Outcome(status=_status(desired), events=(*catalog_events, Event("Warning", Reason.BLOCKED, message)))
+    glmd = GLMDeployment.model_validate(body)
+    serving = build_plan(glmd, catalogs)
+    if observed.glmimage is not None:
+        gate = image_gate(observed.glmimage, serving.image)
+        desired.conditions.set(ConditionType.IMAGE_BUILDING, gate.status, gate.reason, gate.message)
+        if gate.image_ref is None:
+            outcome = _waiting_for_image(desired, serving, gate.message, failed=gate.failed)
+            return replace(outcome, events=(*catalog_events, *outcome.events))
+        serving = replace(serving, image_digest=gate.image_ref.rsplit("@", 1)[1])
+    outcome = _applied(desired, glmd, serving, observed)
+    return replace(outcome, events=(*catalog_events, *outcome.events))
+
+
+def _catalog_condition(desired: _Desired, error: str | None) -> tuple[Event, ...]:
+    """A refused catalog extension is every deployment's business: its rules may be judged on old facts."""
+    if error is None:
+        desired.conditions.set(ConditionType.CATALOG, "True", Reason.CATALOG_OK, "catalogs loaded")
+        return ()
+    message = f"the catalog extension was refused, the last good catalogs are in use: {error}"
+    desired.conditions.set(ConditionType.CATALOG, "False", Reason.CATALOG_INVALID, message)
+    return (Event("Warning", Reason.CATALOG_INVALID, message),)
+
+
+def _status(desired: _Desired, **fields: Any) -> GLMDeploymentStatus:
+    spec = desired.verdict.spec
+    base: dict[str, Any] = {
+        "observed_generation": desired.generation,
+        "remediations": desired.verdict.remediations,
+        "conditions": desired.conditions.items,
+    }
+    if spec is not None:
+        base |= {"parallelism": spec.parallelism.summary(), "gpus_per_replica": spec.parallelism.gpus()}
+    return GLMDeploymentStatus.model_validate(base | fields)
+
+
+def _waiting_for_image(desired: _Desired, serving: Plan, message: str, *, failed: bool) -> Outcome:
+    """Nothing is rendered until the patched image is built and its digest is known."""
+    reason = Reason.IMAGE_BUILD_FAILED if failed else Reason.WAITING_FOR_IMAGE
+    desired.conditions.set(ConditionType.PROGRESSING, "False", reason, message)
+    desired.conditions.set(
+        ConditionType.READY, "False", reason, f"no workload until {serving.image} is built and pinned"
+    )
+    status = _status(desired, plan=serving.summary(), replicas=serving.replicas)
+    events = (Event("Warning", reason, message),) if failed else ()
+    return Outcome(status=status, events=events)
+
+
+def _applied(desired: _Desired, glmd: GLMDeployment, serving: Plan, observed: Observed) -> Outcome:
+    meta = desired.body["metadata"]
+    owner = {"apiVersion": glmd.api_version, "kind": glmd.kind, "name": meta["name"], "uid": meta["uid"]}
+    rendered = render_objects(serving, glmd, owner, observed.lws_available)
+    keep = {(o["kind"], o["metadata"]["name"]) for o in rendered}
+    stale = tuple(
+        (o["apiVersion"], o["kind"], o["metadata"]["name"])
+        for o in observed.owned
+        if (o["kind"], o["metadata"]["name"]) not in keep
+    )
+    workloads = [o for o in rendered if o["kind"] in WORKLOAD_KINDS]
+    kind = workloads[0]["kind"] if workloads else "none"
+    applied = f"{kind} for {serving.replicas} replica(s) of {serving.nodes_per_replica} node(s); image {serving.image}"
+    desired.conditions.set(ConditionType.PROGRESSING, "True", Reason.APPLIED, applied)
+    notes = "; ".join(serving.notes)
+    desired.conditions.set(
+        ConditionType.DEGRADED,
+        "True" if notes else "False",
+        Reason.PATCHES_NOT_LOADED if notes else Reason.AS_PLANNED,
+        notes or "no known degradation",
+    )
+    # Readiness comes from the workloads as they stand; applying an unchanged object does not change it.
+    current = [o for o in observed.owned if o["kind"] in WORKLOAD_KINDS and (o["kind"], o["metadata"]["name"]) in keep]
+    state = readiness(current)
+    desired.conditions.set(ConditionType.READY, *state.condition(serving.replicas))
+    status = _status(desired, plan=serving.summary(), replicas=serving.replicas, ready_replicas=state.ready)
+    events = [Event("Normal", "Reconciled", f"{Reason.APPLIED}: {applied}")]
+    if stale:
+        removed = ", ".join(f"{k}/{n}" for _a, k, n in stale)
+        events.append(Event("Normal", "Pruned", f"removed objects the plan no longer renders: {removed}"))
+    return Outcome(status=status, apply=tuple(rendered), delete=stale, events=tuple(events))
