@@ -181,3 +181,12 @@ def test_gsm8k_comes_from_a_url_or_a_configmap(monkeypatch: pytest.MonkeyPatch) 
     assert canary_data.gsm8k_for(body)[0][0].question == "Q1?"
     monkeypatch.delenv("GLMOPS_GSM8K_PATH", raising=False)
     assert len(canary_data.gsm8k_for({"metadata": {}, "spec": {}})[0]) == 200, "generated when no source"
+
+
+def test_a_suite_that_could_not_run_backs_off_and_leaves_the_gate_and_failure_count_alone() -> None:
+    from glm_operator.render.canary_state import MAX_UNREACHABLE_S, GateState
+
+    state = GateState(gate="True", failures=1)
+    delays = [state.could_not_run() for _ in range(8)]
+    assert delays[:4] == [5.0, 10.0, 20.0, 40.0] and delays[-1] == MAX_UNREACHABLE_S
+    assert state.gate == "True" and state.failures == 1

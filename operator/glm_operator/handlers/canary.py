@@ -9,6 +9,8 @@ from typing import Any, cast
 import kopf
 import kubernetes
 
+from glm_operator.api import GLMDeployment
+from glm_operator.api.constants import LABEL_DEPLOYMENT, LABEL_POD_INDEX, LABEL_ROLE, ROLE_GROUP, SERVING, VLLM_PORT
 from glm_operator.canary.client import EndpointError, OpenAIClient
 from glm_operator.canary.suite import SuiteInputs, run_suite
 from glm_operator.handlers.admission import CATALOGS
@@ -17,8 +19,7 @@ from glm_operator.k8s.canary_data import gsm8k_for
 from glm_operator.k8s.metrics import record_suite
 from glm_operator.render.canary_state import GateState, pod_is_serving_ready, suite_inputs_for, summarize
 
-SERVING = {"glmops.dev/serving": "true", "app.kubernetes.io/managed-by": "glmops"}
-PORT = 8000
+UNREACHABLE_RETRY_S = 5.0
 
 
 @kopf.daemon("v1", "pods", id="glmops-canary", labels=SERVING, cancellation_timeout=5)
@@ -33,47 +34,56 @@ async def canary_gate(
 ) -> None:
     """Run the suite when the pod's server is up; keep re-checking at the deployment's interval."""
     labels = meta.get("labels", {})
-    parent = labels.get("glmops.dev/deployment", "")
+    parent = labels.get(LABEL_DEPLOYMENT, "")
     namespace = namespace or "default"
-    if labels.get("glmops.dev/role") == "group" and labels.get("apps.kubernetes.io/pod-index", "0") != "0":
+    if labels.get(LABEL_ROLE) == ROLE_GROUP and labels.get(LABEL_POD_INDEX, "0") != "0":
         await _mirror_leader(namespace, name, stopped)
         return
-    state = GateState()
+    state = GateState()  # lives as long as the daemon: nothing below may end it but the pod going away
     while not stopped:
         if not pod_is_serving_ready(dict(status)) or not status.get("podIP"):
             await stopped.wait(2)
             continue
-        body = await asyncio.to_thread(objects.get_glmdeployment, namespace, parent)
-        if body is None:
-            return
-        questions, shots = await asyncio.to_thread(gsm8k_for, body)
-        inputs: SuiteInputs = suite_inputs_for(body, CATALOGS.get(), questions, shots)
-        client = OpenAIClient(f"http://{status['podIP']}:{PORT}")
         try:
-            served = await client.model_name()
-            expected = (body.get("spec") or {}).get("model", {}).get("name")
-            if served != expected:  # not (yet) this pod's server: never judge a model by another's answers
-                raise EndpointError(f"{status['podIP']}:{PORT} serves {served!r}, not {expected!r}")
-            result = await run_suite(client, inputs)
-        except EndpointError as err:
+            delay = await _check_once(namespace, parent, name, str(status["podIP"]), state)
+        except EndpointError as err:  # not up yet, or not this model's server: ask again soon
             logger.info(f"canary could not reach the pod yet: {err}")
-            await stopped.wait(5)
-            continue
-        finally:
-            await client.close()
-        record_suite(namespace, parent, result)
-        decision = state.observe(result, inputs.config.failures_to_unready)
-        if decision is not None:
-            written = await asyncio.to_thread(pods.set_gate, namespace, name, *decision)
-            if written:
-                event = kopf.info if decision[0] == "True" else kopf.warn
-                event(kopf.Body(cast(kopf.RawBody, body)), reason=decision[1], message=f"pod {name}: {decision[2]}")
-        report = state.report(result)
-        reports = {**((body.get("status") or {}).get("canary") or {}).get("pods", {}), name: report}
-        summary = {"canary": {"pods": {name: report}, "summary": summarize(reports)}}
-        await asyncio.to_thread(objects.patch_glmdeployment_status, namespace, parent, summary)
-        await stopped.wait(state.next_delay(result, inputs.config.recheck_seconds))
+            delay = UNREACHABLE_RETRY_S
+        except Exception as err:  # noqa: BLE001 - an unexpected answer must not end the gate and lose its counts
+            delay = state.could_not_run()
+            logger.warning(f"canary could not run on pod {name}: {type(err).__name__}: {err}; next in {delay:.0f}s")
+        if delay is None:
+            return  # the GLMDeployment is gone
+        await stopped.wait(delay)
     await asyncio.to_thread(_forget, namespace, parent, name)
+
+
+async def _check_once(namespace: str, parent: str, pod: str, ip: str, state: GateState) -> float | None:
+    """One canary run against one pod: the gate written, Events and status posted; the delay to the next run."""
+    body = await asyncio.to_thread(objects.get_glmdeployment, namespace, parent)
+    if body is None:
+        return None
+    glmd = GLMDeployment.model_validate(body)
+    questions, shots = await asyncio.to_thread(gsm8k_for, body)
+    inputs: SuiteInputs = suite_inputs_for(body, CATALOGS.get(), questions, shots)
+    client = OpenAIClient(f"http://{ip}:{VLLM_PORT}")
+    try:
+        served = await client.model_name()
+        if served != glmd.spec.model.name:  # not (yet) this pod's server: never judge a model by another's answers
+            raise EndpointError(f"{ip}:{VLLM_PORT} serves {served!r}, not {glmd.spec.model.name!r}")
+        result = await run_suite(client, inputs)
+    finally:
+        await client.close()
+    record_suite(namespace, parent, result)
+    decision = state.observe(result, inputs.config.failures_to_unready)
+    if decision is not None and await asyncio.to_thread(pods.set_gate, namespace, pod, *decision):
+        event = kopf.info if decision[0] == "True" else kopf.warn
+        event(kopf.Body(cast(kopf.RawBody, body)), reason=decision[1], message=f"pod {pod}: {decision[2]}")
+    report = state.report(result)
+    reports = {**((body.get("status") or {}).get("canary") or {}).get("pods", {}), pod: report}
+    summary = {"canary": {"pods": {pod: report}, "summary": summarize(reports)}}
+    await asyncio.to_thread(objects.patch_glmdeployment_status, namespace, parent, summary)
+    return state.next_delay(result, inputs.config.recheck_seconds)
 
 
 async def _mirror_leader(namespace: str, name: str, stopped: kopf.DaemonStopped) -> None:

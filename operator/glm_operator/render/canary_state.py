@@ -19,6 +19,9 @@ from glm_operator.catalog.bundle import Catalogs
 
 Decision = tuple[Literal["True", "False"], str, str]
 FIRST_RETRY_S, MAX_RETRY_S = 15.0, 600.0
+# A pod whose server cannot be asked (not up yet, not this model, an error in the check itself): retried with
+# backoff, without touching the gate or the failure count of the checks that did run.
+FIRST_UNREACHABLE_S, MAX_UNREACHABLE_S = 5.0, 120.0
 NEVER_S = 365 * 24 * 3600.0
 
 
@@ -32,8 +35,15 @@ def pod_is_serving_ready(status: dict[str, Any]) -> bool:
 class GateState:
     gate: str | None = None
     failures: int = 0
+    unreachable: int = 0  # consecutive attempts that could not run the suite at all
+
+    def could_not_run(self) -> float:
+        """The suite could not run this time: how long to wait before the next attempt."""
+        self.unreachable += 1
+        return float(min(FIRST_UNREACHABLE_S * 2.0 ** (self.unreachable - 1), MAX_UNREACHABLE_S))
 
     def observe(self, result: SuiteResult, failures_to_unready: int) -> Decision | None:
+        self.unreachable = 0
         if result.passed:
             self.failures = 0
             self.gate = "True"
