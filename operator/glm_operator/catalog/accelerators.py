@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from functools import cache
 from importlib import resources
 from typing import Literal
@@ -13,6 +14,16 @@ from pydantic.alias_generators import to_camel
 from glm_operator.api import AcceleratorType
 
 
+class ArchFamily(StrEnum):
+    """Architecture families the rules and the format table reason about (a closed set: a typo fails at load)."""
+
+    SM90 = "sm90"
+    SM100 = "sm100"
+    SM120 = "sm120"
+    GFX942 = "gfx942"
+    GFX950 = "gfx950"
+
+
 class Accelerator(BaseModel):
     """One GPU type."""
 
@@ -22,7 +33,7 @@ class Accelerator(BaseModel):
     vendor: Literal["nvidia", "amd"]
     platform: Literal["cuda", "rocm"]
     architecture: str = Field(pattern=r"^(sm[0-9]+|gfx[0-9a-f]+)$")
-    arch_family: str = Field(pattern=r"^(sm[0-9]+|gfx[0-9a-f]+)$")
+    arch_family: ArchFamily
     compute_capability: str | None = None
     memory_gib: float = Field(gt=0, alias="memoryGiB")
     gpus_per_node: int = Field(ge=1, le=16)

@@ -8,18 +8,20 @@ from importlib import resources
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from glm_operator.catalog.accelerators import ArchFamily
+
 
 class FormatInfo(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     description: str
-    supported: tuple[str, ...]
-    warn: dict[str, str] = {}
+    supported: tuple[ArchFamily, ...]
+    warn: dict[ArchFamily, str] = {}
     why: str = ""
-    refuse: dict[str, str] = {}
+    refuse: dict[ArchFamily, str] = {}
 
-    def why_not(self, family: str) -> str:
+    def why_not(self, family: ArchFamily) -> str:
         """Why this format does not run on an unsupported architecture family."""
         return self.refuse.get(family, self.why)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from glm_operator.catalog import vllm_facts as facts
+from glm_operator.catalog.accelerators import ArchFamily
 from glm_operator.rules.backends import (
     all2all_backends,
     kv_cache_dtypes,
@@ -176,7 +177,7 @@ def mxfp4_moe_layout(ctx: Context) -> list[Finding]:
         ctx.model is None
         or ctx.model.model.format != "compressed-tensors-mxfp4-w4a4"
         or ctx.platform != "cuda"
-        or ctx.accelerator.arch_family == "sm100"  # the Cutlass experts: rule vllm-58729
+        or ctx.accelerator.arch_family == ArchFamily.SM100  # the Cutlass experts: rule vllm-58729
         or not facts.all2all_kernels_built(p.tensor, p.data, p.expert)
     ):
         return []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from glm_operator.api.constants import ROCM_AITER_ENV, ROCM_AITER_RENDERED
 from glm_operator.catalog import vllm_facts as facts
+from glm_operator.catalog.accelerators import ArchFamily
 from glm_operator.rules.context import Context
 from glm_operator.rules.findings import Change, Finding
 from glm_operator.rules.partition import (
@@ -37,7 +38,7 @@ def vllm_58729(ctx: Context) -> list[Finding]:
     if (
         ctx.model is None
         or ctx.model.model.format != "compressed-tensors-mxfp4-w4a4"
-        or ctx.accelerator.arch_family != "sm100"
+        or ctx.accelerator.arch_family != ArchFamily.SM100
         or not facts.expert_parallel_active(p.tensor, p.data, p.expert)
     ):
         return []

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from glm_operator.catalog.accelerators import Accelerator, load_accelerators
+from glm_operator.catalog.images import load_images
 from glm_operator.catalog.models import ModelInfo, load_models
 from glm_operator.catalog.versions import Version
 
@@ -105,7 +106,7 @@ class Launch:
     speculative: dict[str, object] | None = None
     env: dict[str, str] = field(default_factory=dict)
     gpu: str = "H200"
-    version: str = "0.33.0"
+    version: str = field(default_factory=lambda: load_images().default_version)
     patches: frozenset[str] = frozenset()
 
 
