@@ -238,7 +238,12 @@ class EngineSpec(_Model):
     extra_args: list[str] = Field(
         default_factory=list,
         max_length=64,
-        description="Extra arguments appended to `vllm serve`.",
+        description=(
+            "Extra arguments appended to `vllm serve`. Refused: flags glmops renders from other fields "
+            "(parallelism, backends, kv-cache dtype, speculative config, model, revision; the message names "
+            "the field), and flags that would hide the server from its Service, probes and canary: --port, "
+            "--host, --uds, --ssl-keyfile, --ssl-certfile, --served-model-name and --api-key (docs/rules.md)."
+        ),
         json_schema_extra={"items": {"type": "string", "maxLength": 1024}},
     )
 

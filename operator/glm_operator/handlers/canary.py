@@ -9,6 +9,7 @@ from typing import Any, cast
 import kopf
 import kubernetes
 
+from glm_operator.api.constants import SERVING_PORT
 from glm_operator.canary.client import EndpointError, OpenAIClient
 from glm_operator.canary.suite import SuiteInputs, run_suite
 from glm_operator.handlers.admission import CATALOGS
@@ -18,7 +19,7 @@ from glm_operator.k8s.metrics import record_suite
 from glm_operator.render.canary_state import GateState, pod_is_serving_ready, suite_inputs_for, summarize
 
 SERVING = {"glmops.dev/serving": "true", "app.kubernetes.io/managed-by": "glmops"}
-PORT = 8000
+PORT = SERVING_PORT
 
 
 @kopf.daemon("v1", "pods", id="glmops-canary", labels=SERVING, cancellation_timeout=5)

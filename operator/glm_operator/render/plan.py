@@ -11,11 +11,11 @@ import json
 from dataclasses import dataclass, field
 
 from glm_operator.api import GLMDeployment
-from glm_operator.api.constants import ROCM_AITER_ENV, ROCM_AITER_RENDERED
+from glm_operator.api.constants import ROCM_AITER_ENV, ROCM_AITER_RENDERED, SERVING_PORT
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.rules.context import resolve
 
-HTTP_PORT = 8000
+HTTP_PORT = SERVING_PORT
 MASTER_PORT = 29501
 PLUGIN_NAME = "glmops_vllm_patches"
 REASONING_PARSER = "glm45"
