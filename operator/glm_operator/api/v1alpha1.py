@@ -481,6 +481,13 @@ class GLMDeploymentStatus(_Model):
     ready_replicas: int | None = Field(
         default=None, ge=0, description="Replicas whose pods passed their canaries and serve traffic."
     )
+    selector: str | None = Field(
+        default=None,
+        description=(
+            "Label selector of the serving pods (one per replica), read by the scale subresource so a "
+            "HorizontalPodAutoscaler or KEDA can target a GLMDeployment."
+        ),
+    )
     plan: PlanSummary | None = Field(default=None, description="What the operator runs for this spec.")
     canary: CanaryStatus | None = Field(default=None, description="Canary results per serving pod.")
     remediations: list[RemediationRecord] = Field(

@@ -16,7 +16,7 @@ from glm_operator.k8s.imagebuild import gate_plan
 from glm_operator.render.imagestate import ImageGate
 from glm_operator.render.plan import Plan, build_plan
 from glm_operator.render.status import readiness
-from glm_operator.render.workloads import render_objects
+from glm_operator.render.workloads import render_objects, serving_selector
 from glm_operator.rules.engine import validated_condition
 
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "LeaderWorkerSet"}
@@ -29,7 +29,11 @@ def reconcile_body(body: dict[str, Any], logger: Any) -> dict[str, Any]:
     conditions = list(status.get("conditions") or [])
     verdict = validated_condition(body, CATALOGS.get())
     conditions = set_condition(conditions, "Validated", verdict.status, verdict.reason, verdict.message, generation)
-    out: dict[str, Any] = {"observedGeneration": generation, "remediations": verdict.remediations}
+    out: dict[str, Any] = {
+        "observedGeneration": generation,
+        "remediations": verdict.remediations,
+        "selector": serving_selector(meta["name"]),
+    }
     if verdict.spec is not None:
         out |= {"parallelism": verdict.spec.parallelism.summary(), "gpusPerReplica": verdict.spec.parallelism.gpus()}
     if verdict.status == "False":

@@ -22,16 +22,30 @@ HF_CACHE = "/root/.cache/huggingface"
 Owner = dict[str, Any]
 
 
-def labels(plan: Plan, role: str | None = None) -> dict[str, str]:
-    out = {
+def _labels_of(name: str) -> dict[str, str]:
+    return {
         "app.kubernetes.io/name": "vllm",
-        "app.kubernetes.io/instance": plan.name,
+        "app.kubernetes.io/instance": name,
         "app.kubernetes.io/managed-by": "glmops",
-        "glmops.dev/deployment": plan.name,
+        "glmops.dev/deployment": name,
     }
+
+
+def labels(plan: Plan, role: str | None = None) -> dict[str, str]:
+    out = _labels_of(plan.name)
     if role:
         out["glmops.dev/role"] = role
     return out
+
+
+def serving_labels(name: str) -> dict[str, str]:
+    """Labels of the pods that serve HTTP for the GLMDeployment `name` (one per replica or group)."""
+    return {**_labels_of(name), "glmops.dev/serving": "true"}
+
+
+def serving_selector(name: str) -> str:
+    """`serving_labels` as the label selector string the scale subresource reports (for an HPA or KEDA)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(serving_labels(name).items()))
 
 
 def _meta(plan: Plan, name: str, owner: Owner, extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -233,7 +247,7 @@ def stateful_sets(plan: Plan, glmd: GLMDeployment, owner: Owner) -> list[dict[st
 
 
 def services(plan: Plan, owner: Owner, headless: bool) -> list[dict[str, Any]]:
-    serving = {**labels(plan), "glmops.dev/serving": "true"}
+    serving = serving_labels(plan.name)
     if headless:  # StatefulSet groups: only pod 0 of each group serves HTTP
         serving["apps.kubernetes.io/pod-index"] = "0"
     out = [
@@ -262,7 +276,7 @@ def disruption_budget(plan: Plan, owner: Owner) -> dict[str, Any]:
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _meta(plan, plan.name, owner),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {**labels(plan), "glmops.dev/serving": "true"}}},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": serving_labels(plan.name)}},
     }
 
 
