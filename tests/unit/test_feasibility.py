@@ -162,6 +162,13 @@ def test_an_extra_arg_that_would_hide_the_server_from_its_gate_is_refused_with_a
     assert fix in message and message.endswith(".")
 
 
+@pytest.mark.parametrize("arg", ["--tensor-parallel=2", "--tensor_parallel", "--kv-cache-dt fp8"])
+def test_an_abbreviated_managed_flag_is_refused_naming_the_flag_vllm_reads(arg: str) -> None:
+    (message,) = extra_args_errors(B().accelerator("H200").tensor(8).set("spec.engine.extraArgs", [arg]))
+    assert message.startswith(f"spec.engine.extraArgs[0]: {arg}: vLLM reads it as --")
+    assert "Set spec." in message
+
+
 def test_vllm_api_key_in_the_environment_is_refused_as_the_flag_is() -> None:
     (message,) = extra_args_errors(B().accelerator("H200").tensor(8).env("VLLM_API_KEY", "sk-1"))
     assert message.startswith("spec.engine.env[0]: VLLM_API_KEY: sets --api-key: the canary sends no key")

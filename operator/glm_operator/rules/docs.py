@@ -50,7 +50,8 @@ def _flags_md() -> list[str]:
     out = [
         "### Flags `spec.engine.extraArgs` may not carry",
         "",
-        "vLLM reads `--flag=value`, `--flag value` and `_` for `-` alike, so each spelling is refused.",
+        "vLLM reads `--flag=value`, `--flag value`, `_` for `-` and a unique prefix (`--tensor-parallel`) alike,",
+        "so each spelling is refused.",
         "",
         "| flag | why | fix |",
         "|---|---|---|",

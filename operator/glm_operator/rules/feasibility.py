@@ -400,12 +400,12 @@ def _flag_of(arg: str) -> str | None:
     return flag.replace("_", "-") if flag.startswith("--") else flag
 
 
-def _gate_flag(flag: str) -> str | None:
-    """The gate flag `flag` sets, also as an abbreviation (argparse accepts a unique prefix)."""
-    if flag in GATE_FLAGS:
+def _refused_flag(flag: str) -> str | None:
+    """The managed or gate flag `flag` sets, also as an abbreviation (vLLM's argparse takes a unique prefix)."""
+    if flag in MANAGED_FLAGS or flag in GATE_FLAGS:
         return flag
-    if len(flag) >= 5:
-        return next((g for g in GATE_FLAGS if g.startswith(flag)), None)
+    if flag.startswith("--") and len(flag) >= 5:
+        return next((f for f in (*MANAGED_FLAGS, *GATE_FLAGS) if f.startswith(flag)), None)
     return None
 
 
@@ -414,23 +414,18 @@ def managed_flags(ctx: Context) -> list[Finding]:
     out = []
     for i, arg in enumerate(ctx.spec.engine.extra_args):
         flag = _flag_of(arg)
-        if flag is None:
+        refused = _refused_flag(flag) if flag else None
+        if refused is None:
             continue
         where = f"spec.engine.extraArgs[{i}]"
-        if flag in MANAGED_FLAGS:
-            out.append(
-                _f(
-                    "extra-args",
-                    "error",
-                    where,
-                    arg,
-                    "glmops renders this flag from the spec, where the rules can check it",
-                    f"Set {MANAGED_FLAGS[flag]} instead",
-                )
-            )
-        elif (gate := _gate_flag(flag)) is not None:
-            problem, fix = GATE_FLAGS[gate]
-            out.append(_f("extra-args", "error", where, arg, f"{gate}: {problem}", fix))
+        if refused in MANAGED_FLAGS:
+            problem = "glmops renders this flag from the spec, where the rules can check it"
+            if refused != flag:
+                problem = f"vLLM reads it as {refused}; {problem.replace('this flag', 'that flag')}"
+            out.append(_f("extra-args", "error", where, arg, problem, f"Set {MANAGED_FLAGS[refused]} instead"))
+        else:
+            problem, fix = GATE_FLAGS[refused]
+            out.append(_f("extra-args", "error", where, arg, f"{refused}: {problem}", fix))
     for i, env in enumerate(ctx.spec.engine.env):
         if env.name in _GATE_ENV:
             problem, fix = GATE_FLAGS[_GATE_ENV[env.name]]
