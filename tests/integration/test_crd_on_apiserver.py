@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
+from glm_operator.cli.main import main
+from glm_operator.render.workloads import serving_selector
 from tests.support.builders import GLMDeploymentBuilder
 from tests.support.cluster import REPO, Kubectl, eventually
 
@@ -39,7 +42,7 @@ def test_kubectl_get_shows_the_columns_and_the_operator_fills_them(
         GLMDeploymentBuilder("dp8ep").accelerator("GB200").data(8).expert().vllm("0.32.0").build(), "-n", namespace
     )
     header = kubectl.run("get", "glmd", "-n", namespace).stdout.splitlines()[0].split()
-    assert header == ["NAME", "MODEL", "ACCELERATOR", "PARALLELISM", "READY", "VALIDATED", "AGE"]
+    assert header == ["NAME", "MODEL", "ACCELERATOR", "PARALLELISM", "READY", "REASON", "VALIDATED", "AGE"]
 
     def row() -> list[str]:
         line = kubectl.run("get", "glmd", "dp8ep", "-n", namespace, "--no-headers").stdout
@@ -93,6 +96,16 @@ MALFORMED = [
         lambda b: b.env("VLLM_X", "1").env("VLLM_X", "2"), ["spec.engine.env[1]", "Duplicate value"], id="duplicate-env"
     ),
     pytest.param(lambda b: b.set("spec.parallelism.tensr", 2), ["spec.parallelism.tensr", "unknown field"], id="typo"),
+    pytest.param(
+        lambda b: b.set("spec.canary", {"gsm8k": {"max_questions": 5}}),
+        ["spec.canary.gsm8k.max_questions", "unknown field"],
+        id="snake-case",
+    ),
+    pytest.param(
+        lambda b: b.set("spec.canary", {"gsm8K": {"maxQuestions": 5}}),
+        ["spec.canary.gsm8K", "unknown field"],
+        id="old-generated-spelling",
+    ),
 ]
 
 
@@ -106,3 +119,48 @@ def test_malformed_object_is_refused_with_the_field_named(
     for fragment in expected:
         assert fragment in result.stderr, f"{fragment!r} not in: {result.stderr}"
     assert kubectl.run("get", "glmd", "bad", "-n", namespace, check=False).returncode != 0, "nothing stored"
+
+
+@pytest.mark.parametrize("mutate, expected", MALFORMED)
+def test_glmctl_validate_refuses_what_strict_field_validation_refuses_naming_the_same_field(
+    kubectl: Kubectl,
+    operator: object,
+    namespace: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    mutate,
+    expected: list[str],
+) -> None:
+    obj = mutate(GLMDeploymentBuilder("bad")).build()
+    server = kubectl.apply(obj, "-n", namespace, "--dry-run=server", "--validate=strict", check=False)
+    assert server.returncode != 0 and expected[0] in server.stderr, server.stderr
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(obj))
+    assert main(["validate", "-o", "json", str(tmp_path / "bad.yaml")]) == 1
+    (verdict,) = json.loads(capsys.readouterr().out)
+    assert expected[0] in [f["field"] for f in verdict["findings"] if f["severity"] == "error"]
+
+
+def test_the_gsm8k_field_is_kept_by_the_api_server_and_admitted_by_glmctl(
+    kubectl: Kubectl, operator: object, namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    obj = GLMDeploymentBuilder("g").tensor(8).set("spec.canary", {"gsm8k": {"maxQuestions": 50}}).build()
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(obj))
+    assert main(["validate", str(tmp_path / "g.yaml")]) == 0, capsys.readouterr().out
+    result = kubectl.apply(obj, "-n", namespace, "--dry-run=server", "--validate=strict", "-o", "json")
+    assert json.loads(result.stdout)["spec"]["canary"]["gsm8k"]["maxQuestions"] == 50
+
+
+def test_the_scale_subresource_reports_the_selector_the_operator_writes(
+    kubectl: Kubectl, operator: object, namespace: str
+) -> None:
+    kubectl.apply(GLMDeploymentBuilder("sc").tensor(8).vllm("0.32.0").build(), "-n", namespace)
+
+    def selector() -> str:
+        scale = json.loads(
+            kubectl.run("get", "glmd", "sc", "-n", namespace, "--subresource=scale", "-o", "json").stdout
+        )
+        assert scale["status"].get("selector"), scale
+        return str(scale["status"]["selector"])
+
+    got = eventually(selector, timeout=60, what="the operator to write status.selector")
+    assert got == serving_selector("sc")

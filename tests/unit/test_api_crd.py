@@ -106,16 +106,35 @@ def test_env_is_a_map_list_keyed_by_name_so_duplicates_are_refused() -> None:
     assert env["x-kubernetes-list-map-keys"] == ["name"]
 
 
-def test_printer_columns_show_model_accelerator_parallelism_ready_validated_age() -> None:
+def test_printer_columns_show_model_accelerator_parallelism_ready_reason_validated_age() -> None:
     columns = [c["name"] for c in build_crd()["spec"]["versions"][0]["additionalPrinterColumns"]]
     assert [c for c in columns if c != "Replicas"] == [
         "Model",
         "Accelerator",
         "Parallelism",
         "Ready",
+        "Reason",
         "Validated",
         "Age",
     ]
+
+
+def test_the_reason_column_shows_why_the_ready_condition_is_what_it_is() -> None:
+    (column,) = [c for c in build_crd()["spec"]["versions"][0]["additionalPrinterColumns"] if c["name"] == "Reason"]
+    assert column == {"name": "Reason", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'}
+
+
+def test_the_scale_subresource_names_a_status_string_holding_the_pod_selector() -> None:
+    scale = build_crd()["spec"]["versions"][0]["subresources"]["scale"]
+    assert scale == {
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
+    node = _schema()
+    for part in scale["labelSelectorPath"].lstrip(".").split("."):
+        node = node["properties"][part]
+    assert node["type"] == "string"
 
 
 def test_crd_names_match_the_api() -> None:

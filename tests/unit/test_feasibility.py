@@ -135,3 +135,48 @@ def test_feasibility_finding(builder: B, rule: str, severity: str | None, fragme
 def test_dp8_ep_on_gb200_spans_two_trays_and_fits() -> None:
     got = findings(B().model("RedHatAI/GLM-5.3-MXFP4").accelerator("GB200").data(8).expert().vllm("0.32.0"))
     assert not any(sev == "error" for _, sev in got), got
+
+
+def extra_args_errors(b: B) -> list[str]:
+    return [f.message for f in evaluate(b.build(), CATALOGS) if f.rule == "feasibility/extra-args"]
+
+
+@pytest.mark.parametrize(
+    "arg, fix",
+    [
+        ("--port=9000", "Remove it: vLLM serves on port 8000"),
+        ("--port 9000", "Remove it: vLLM serves on port 8000"),
+        ("--host=127.0.0.1", "Remove it: vLLM listens on every address"),
+        ("--served-model-name=glm", "Remove it: the server answers to spec.model.name"),
+        ("--served_model_name", "Remove it: the server answers to spec.model.name"),
+        ("--served-model", "Remove it: the server answers to spec.model.name"),
+        ("--api-key=sk-1", "authenticate clients in front of the Service"),
+        ("--api_key", "authenticate clients in front of the Service"),
+        ("--uds=/tmp/v.sock", "Remove it"),
+        ("--ssl-certfile=/c.pem", "terminate TLS in front of the Service"),
+    ],
+)
+def test_an_extra_arg_that_would_hide_the_server_from_its_gate_is_refused_with_a_fix(arg: str, fix: str) -> None:
+    (message,) = extra_args_errors(B().accelerator("H200").tensor(8).set("spec.engine.extraArgs", ["--seed=1", arg]))
+    assert message.startswith(f"spec.engine.extraArgs[1]: {arg}: --")
+    assert fix in message and message.endswith(".")
+
+
+@pytest.mark.parametrize("arg", ["--tensor-parallel=2", "--tensor_parallel", "--kv-cache-dt fp8"])
+def test_an_abbreviated_managed_flag_is_refused_naming_the_flag_vllm_reads(arg: str) -> None:
+    (message,) = extra_args_errors(B().accelerator("H200").tensor(8).set("spec.engine.extraArgs", [arg]))
+    assert message.startswith(f"spec.engine.extraArgs[0]: {arg}: vLLM reads it as --")
+    assert "Set spec." in message
+
+
+def test_vllm_api_key_in_the_environment_is_refused_as_the_flag_is() -> None:
+    (message,) = extra_args_errors(B().accelerator("H200").tensor(8).env("VLLM_API_KEY", "sk-1"))
+    assert message.startswith("spec.engine.env[0]: VLLM_API_KEY: sets --api-key: the canary sends no key")
+    assert "Remove VLLM_API_KEY; authenticate clients in front of the Service" in message
+
+
+@pytest.mark.parametrize(
+    "arg", ["--max-model-len=8192", "--portable", "--hostname-x", "--p", "--enable-prefix-caching"]
+)
+def test_flags_that_leave_the_gate_alone_are_admitted(arg: str) -> None:
+    assert extra_args_errors(B().accelerator("H200").tensor(8).set("spec.engine.extraArgs", [arg])) == []

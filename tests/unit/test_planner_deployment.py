@@ -62,6 +62,9 @@ def test_single_node_replicas_become_a_deployment_service_pdb_and_canary_config(
     assert conds["Degraded"]["status"] == "False" and conds["Ready"]["reason"] == "NoReplicaReady"
     patch = outcome.status_patch()
     assert patch["observedGeneration"] == 1 and patch["readyReplicas"] == 0 and "canary" not in patch
+    assert patch["selector"] == "app.kubernetes.io/instance=glm,app.kubernetes.io/managed-by=glmops," + (
+        "app.kubernetes.io/name=vllm,glmops.dev/deployment=glm,glmops.dev/serving=true"
+    )
     assert patch["plan"]["image"].startswith("ghcr.io/glmops/vllm-openai:v0.33.0")
 
 

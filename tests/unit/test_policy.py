@@ -77,7 +77,7 @@ def test_one_rejection_lists_every_problem() -> None:
 def test_schema_errors_name_the_field_and_stop_there() -> None:
     result = admit(B().tensor(0).build(), CATALOGS)
     assert not result.allowed
-    assert result.errors[0].message.startswith("spec.parallelism.tensor: 0: Input should be greater than or equal to 1")
+    assert result.errors[0].message.startswith("spec.parallelism.tensor: 0: must be greater than or equal to 1")
 
 
 MODELS = sorted(load_models().models)

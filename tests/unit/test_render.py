@@ -12,7 +12,7 @@ from glm_operator.api import GLMDeployment
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.cli.main import main
 from glm_operator.render.plan import build_plan
-from glm_operator.render.workloads import CANARY_CONDITION, render_objects
+from glm_operator.render.workloads import CANARY_CONDITION, render_objects, serving_selector
 from glm_operator.rules.engine import admit
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.support.cluster import REPO
@@ -179,3 +179,24 @@ def test_glmctl_render_refuses_what_admission_refuses(capsys: pytest.CaptureFixt
     assert main(["render", "--no-lws", str(REPO / "samples" / "vllm-58729-fixed.yaml")]) == 0
     kinds = [d["kind"] for d in yaml.safe_load_all(capsys.readouterr().out)]
     assert "StatefulSet" in kinds and "LeaderWorkerSet" not in kinds
+
+
+@pytest.mark.parametrize("name", ["baseline-h200-glm53-fp8.yaml", "vllm-58729-fixed.yaml"])
+def test_the_status_selector_picks_the_serving_pods_the_service_sends_traffic_to(name: str) -> None:
+    plan, objs = rendered(sample(name))
+    wanted = dict(term.split("=", 1) for term in serving_selector(plan.name).split(","))
+    (service,) = kind(objs, "Service")
+    assert service["spec"]["selector"] == wanted
+    templates = [o["spec"]["template"] for o in kind(objs, "Deployment")] + [
+        o["spec"]["leaderWorkerTemplate"][t]
+        for o in kind(objs, "LeaderWorkerSet")
+        for t in ("leaderTemplate", "workerTemplate")
+    ]
+    selected = [t for t in templates if wanted.items() <= t["metadata"]["labels"].items()]
+    assert len(selected) == 1 and "readinessGates" in selected[0]["spec"]
+
+
+def test_glmctl_render_writes_no_yaml_anchors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", str(REPO / "samples" / "vllm-63170-h200-pp8-fixed.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "&id" not in out and "*id" not in out

@@ -114,6 +114,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Parallelism", "type": "string", "jsonPath": ".status.parallelism"},
     {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas", "priority": 1},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+    {"name": "Reason", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
     {
         "name": "Validated",
         "type": "string",
@@ -177,7 +178,11 @@ def _crd(
 
 def build_crd() -> dict[str, Any]:
     """The GLMDeployment CustomResourceDefinition."""
-    scale = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}
+    scale = {
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
     return _crd(
         api.KIND,
         api.PLURAL,

@@ -11,7 +11,6 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
 
 GROUP = "glmops.dev"
 VERSION = "v1alpha1"
@@ -27,11 +26,21 @@ _HF_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 _BACKEND = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 
 
+def wire_name(name: str) -> str:
+    """The camelCase name a field has on the wire: `max_questions` -> `maxQuestions`, `gsm8k` -> `gsm8k`.
+
+    Words are split only at underscores. pydantic's `to_camel` also upper-cases a letter that follows a
+    digit (`gsm8k` -> `gsm8K`), a spelling no person types and the docs never used.
+    """
+    head, *rest = name.split("_")
+    return head + "".join(word[:1].upper() + word[1:] for word in rest)
+
+
 class _Model(BaseModel):
     """Shared config: camelCase on the wire, unknown fields refused (as kubectl's strict validation does)."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel,
+        alias_generator=wire_name,
         populate_by_name=True,
         extra="forbid",
         use_attribute_docstrings=False,
@@ -210,7 +219,6 @@ class EngineSpec(_Model):
     )
     all2all_backend: str = Field(
         default="auto",
-        alias="all2allBackend",
         max_length=64,
         pattern=_BACKEND,
         description=(
@@ -230,7 +238,12 @@ class EngineSpec(_Model):
     extra_args: list[str] = Field(
         default_factory=list,
         max_length=64,
-        description="Extra arguments appended to `vllm serve`.",
+        description=(
+            "Extra arguments appended to `vllm serve`. Refused: flags glmops renders from other fields "
+            "(parallelism, backends, kv-cache dtype, speculative config, model, revision; the message names "
+            "the field), and flags that would hide the server from its Service, probes and canary: --port, "
+            "--host, --uds, --ssl-keyfile, --ssl-certfile, --served-model-name and --api-key (docs/rules.md)."
+        ),
         json_schema_extra={"items": {"type": "string", "maxLength": 1024}},
     )
 
@@ -467,6 +480,13 @@ class GLMDeploymentStatus(_Model):
     replicas: int | None = Field(default=None, ge=0, description="Serving replicas that exist.")
     ready_replicas: int | None = Field(
         default=None, ge=0, description="Replicas whose pods passed their canaries and serve traffic."
+    )
+    selector: str | None = Field(
+        default=None,
+        description=(
+            "Label selector of the serving pods (one per replica), read by the scale subresource so a "
+            "HorizontalPodAutoscaler or KEDA can target a GLMDeployment."
+        ),
     )
     plan: PlanSummary | None = Field(default=None, description="What the operator runs for this spec.")
     canary: CanaryStatus | None = Field(default=None, description="Canary results per serving pod.")

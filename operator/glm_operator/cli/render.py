@@ -42,5 +42,12 @@ def render(
             "uid": doc["metadata"].get("uid", "<uid of the GLMDeployment>"),
         }
         rendered.extend(render_objects(plan, glmd, owner, lws_available=lws))
-    stdout.write(yaml.safe_dump_all(rendered, sort_keys=False))
+    stdout.write(yaml.dump_all(rendered, Dumper=PlainDumper, sort_keys=False))
     return 0
+
+
+class PlainDumper(yaml.SafeDumper):
+    """Writes a value shared by several objects out each time: no `&id001` anchors, which some tools refuse."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True

@@ -21,7 +21,7 @@ from glm_operator.render.imagebuild import BuildSettings, glmimage_manifest, nee
 from glm_operator.render.imagestate import image_gate
 from glm_operator.render.plan import Plan, build_plan
 from glm_operator.render.status import readiness
-from glm_operator.render.workloads import render_objects
+from glm_operator.render.workloads import render_objects, serving_selector
 from glm_operator.rules.engine import Verdict, validated_condition
 
 WORKLOAD_KINDS = frozenset({"Deployment", "StatefulSet", "LeaderWorkerSet"})
@@ -136,6 +136,7 @@ def _status(desired: _Desired, **fields: Any) -> GLMDeploymentStatus:
     spec = desired.verdict.spec
     base: dict[str, Any] = {
         "observed_generation": desired.generation,
+        "selector": serving_selector(desired.body["metadata"]["name"]),
         "remediations": desired.verdict.remediations,
         "conditions": desired.conditions.items,
     }

@@ -20,6 +20,7 @@ from glm_operator.api.constants import (
     LABEL_SERVING,
     MANAGED,
     ROLE_GROUP,
+    selector,
 )
 from glm_operator.render.plan import HTTP_PORT, LEADER_ADDRESS, NODE_RANK, Plan
 
@@ -30,16 +31,30 @@ HF_CACHE = "/root/.cache/huggingface"
 Owner = dict[str, Any]
 
 
-def labels(plan: Plan, role: str | None = None) -> dict[str, str]:
-    out = {
+def _labels_of(name: str) -> dict[str, str]:
+    return {
         "app.kubernetes.io/name": "vllm",
-        "app.kubernetes.io/instance": plan.name,
+        "app.kubernetes.io/instance": name,
         **MANAGED,
-        LABEL_DEPLOYMENT: plan.name,
+        LABEL_DEPLOYMENT: name,
     }
+
+
+def labels(plan: Plan, role: str | None = None) -> dict[str, str]:
+    out = _labels_of(plan.name)
     if role:
         out[LABEL_ROLE] = role
     return out
+
+
+def serving_labels(name: str) -> dict[str, str]:
+    """Labels of the pods that serve HTTP for the GLMDeployment `name` (one per replica or group)."""
+    return {**_labels_of(name), LABEL_SERVING: "true"}
+
+
+def serving_selector(name: str) -> str:
+    """`serving_labels` as the label selector string the scale subresource reports (for an HPA or KEDA)."""
+    return selector(dict(sorted(serving_labels(name).items())))
 
 
 def _meta(plan: Plan, name: str, owner: Owner, extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -241,7 +256,7 @@ def stateful_sets(plan: Plan, glmd: GLMDeployment, owner: Owner) -> list[dict[st
 
 
 def services(plan: Plan, owner: Owner, headless: bool) -> list[dict[str, Any]]:
-    serving = {**labels(plan), LABEL_SERVING: "true"}
+    serving = serving_labels(plan.name)
     if headless:  # StatefulSet groups: only pod 0 of each group serves HTTP
         serving[LABEL_POD_INDEX] = "0"
     out = [
@@ -270,7 +285,7 @@ def disruption_budget(plan: Plan, owner: Owner) -> dict[str, Any]:
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _meta(plan, plan.name, owner),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {**labels(plan), LABEL_SERVING: "true"}}},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": serving_labels(plan.name)}},
     }
 
 

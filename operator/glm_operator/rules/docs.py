@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from glm_operator.catalog import vllm_facts
-from glm_operator.rules.feasibility import FEASIBILITY_CHECKS
+from glm_operator.rules.feasibility import FEASIBILITY_CHECKS, GATE_FLAGS, MANAGED_FLAGS
 from glm_operator.rules.registry import KNOWN_ISSUES
 
 FACTS_BY_ID = {f.id: f for f in vllm_facts.FACTS}
@@ -41,7 +41,25 @@ def render_rules_md() -> str:
     for check in FEASIBILITY_CHECKS:
         doc = (check.__doc__ or "").strip().splitlines()[0]
         out.append(f"- `{check.__name__}`: {doc}")
+    out += ["", *_flags_md()]
     return "\n".join(out) + "\n"
+
+
+def _flags_md() -> list[str]:
+    """The flags `spec.engine.extraArgs` may not carry (also as `--flag=value`, `--flag_name` or a prefix)."""
+    out = [
+        "### Flags `spec.engine.extraArgs` may not carry",
+        "",
+        "vLLM reads `--flag=value`, `--flag value`, `_` for `-` and a unique prefix (`--tensor-parallel`) alike,",
+        "so each spelling is refused.",
+        "",
+        "| flag | why | fix |",
+        "|---|---|---|",
+    ]
+    out += [f"| `{flag}` | rendered from the spec | set `{field}` |" for flag, field in MANAGED_FLAGS.items()]
+    out += [f"| `{flag}` | {why} | {fix} |" for flag, (why, fix) in GATE_FLAGS.items()]
+    out += ["| `VLLM_API_KEY` in `spec.engine.env` | sets `--api-key` | as `--api-key` |"]
+    return out
 
 
 def _facts_md() -> list[str]:

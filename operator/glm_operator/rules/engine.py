@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from glm_operator.api import GLMDeployment, GLMDeploymentSpec
+from glm_operator.api import GLMDeployment, GLMDeploymentSpec, structural
 from glm_operator.rules.context import Catalogs, resolve
 from glm_operator.rules.feasibility import FEASIBILITY_CHECKS
 from glm_operator.rules.findings import Change, Finding
@@ -48,8 +48,14 @@ class Admission:
 
 def evaluate(obj: dict[str, Any], catalogs: Catalogs) -> list[Finding]:
     """Every finding for one object, without changing it."""
+    problems = structural.check(obj)
+    if problems:
+        return [
+            Finding(rule="schema", severity="error", field=p.path, value=p.value, problem=p.problem, fix=p.fix)
+            for p in problems
+        ]
     try:
-        parsed = GLMDeployment.model_validate(obj)
+        parsed = GLMDeployment.model_validate(structural.drop_nulls(obj))
     except ValidationError as err:
         return schema_findings(err)
     ctx = resolve(parsed.spec, catalogs, owned_env(obj))
@@ -63,7 +69,7 @@ def schema_findings(err: ValidationError) -> list[Finding]:
     out = []
     for e in err.errors():
         path = ".".join(str(p) for p in e["loc"])
-        value = json.dumps(e.get("input")) if not isinstance(e.get("input"), dict) else "{...}"
+        value = structural.show(e.get("input"))
         out.append(
             Finding(
                 rule="schema",
@@ -71,7 +77,7 @@ def schema_findings(err: ValidationError) -> list[Finding]:
                 field=path,
                 value=value,
                 problem=e["msg"],
-                fix=f"See `kubectl explain glmdeployment.{path}`",
+                fix=f"See `kubectl explain {structural.explain_path(path)}`",
             )
         )
     return out

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import re
 
+from glm_operator.api.constants import VLLM_PORT
 from glm_operator.catalog import vllm_facts as facts
 from glm_operator.catalog.accelerators import ArchFamily
 from glm_operator.rules.backends import (
@@ -360,22 +362,76 @@ def version_known(ctx: Context) -> list[Finding]:
     return out
 
 
+# Flags that would move the server away from where the Service, the probes and the canary reach it, or
+# make it answer them differently: admitted, the pod would never pass its gate and nothing would say why.
+_GATE = "the Service, the probes and the canary reach vLLM"
+_TLS = (f"{_GATE} over plain HTTP; TLS here makes every check fail", "Remove it; terminate TLS in front of the Service")
+GATE_FLAGS = {
+    "--port": (
+        f"{_GATE} on port {VLLM_PORT}, which glmops renders; a second --port moves the server away from them",
+        f"Remove it: vLLM serves on port {VLLM_PORT}; put a Service of your own in front to expose another port",
+    ),
+    "--host": (
+        f"{_GATE} on the pod's IP; a --host other than every address hides the server from them",
+        "Remove it: vLLM listens on every address of the pod",
+    ),
+    "--uds": (
+        f"{_GATE} over TCP; a Unix socket leaves them nothing to connect to",
+        "Remove it",
+    ),
+    "--ssl-keyfile": _TLS,
+    "--ssl-certfile": _TLS,
+    "--served-model-name": (
+        "the canary asks for spec.model.name and refuses to judge a server that answers to another name",
+        "Remove it: the server answers to spec.model.name, which clients use",
+    ),
+    "--api-key": (
+        "the canary sends no key, so every check would be refused and no pod would ever become Ready",
+        "Remove it; authenticate clients in front of the Service (a gateway or a mesh policy)",
+    ),
+}
+_GATE_ENV = {"VLLM_API_KEY": "--api-key"}
+
+
+def _flag_of(arg: str) -> str | None:
+    """The flag an argument sets as vLLM reads it: `--api_key=x` and `--api-key x` both set --api-key."""
+    if not arg.startswith("-"):
+        return None
+    flag = re.split(r"[=\s]", arg.strip(), maxsplit=1)[0]
+    return flag.replace("_", "-") if flag.startswith("--") else flag
+
+
+def _refused_flag(flag: str) -> str | None:
+    """The managed or gate flag `flag` sets, also as an abbreviation (vLLM's argparse takes a unique prefix)."""
+    if flag in MANAGED_FLAGS or flag in GATE_FLAGS:
+        return flag
+    if flag.startswith("--") and len(flag) >= 5:
+        return next((f for f in (*MANAGED_FLAGS, *GATE_FLAGS) if f.startswith(flag)), None)
+    return None
+
+
 def managed_flags(ctx: Context) -> list[Finding]:
-    """extraArgs does not set flags glmops renders from the spec."""
+    """extraArgs does not set flags glmops renders from the spec, nor ones that would hide the server from its gate."""
     out = []
     for i, arg in enumerate(ctx.spec.engine.extra_args):
-        flag = arg.split("=", 1)[0].replace("_", "-") if arg.startswith("-") else None
-        if flag in MANAGED_FLAGS:
-            out.append(
-                _f(
-                    "extra-args",
-                    "error",
-                    f"spec.engine.extraArgs[{i}]",
-                    arg,
-                    "glmops renders this flag from the spec, where the rules can check it",
-                    f"Set {MANAGED_FLAGS[flag]} instead",
-                )
-            )
+        flag = _flag_of(arg)
+        refused = _refused_flag(flag) if flag else None
+        if refused is None:
+            continue
+        where = f"spec.engine.extraArgs[{i}]"
+        if refused in MANAGED_FLAGS:
+            problem = "glmops renders this flag from the spec, where the rules can check it"
+            if refused != flag:
+                problem = f"vLLM reads it as {refused}; {problem.replace('this flag', 'that flag')}"
+            out.append(_f("extra-args", "error", where, arg, problem, f"Set {MANAGED_FLAGS[refused]} instead"))
+        else:
+            problem, fix = GATE_FLAGS[refused]
+            out.append(_f("extra-args", "error", where, arg, f"{refused}: {problem}", fix))
+    for i, env in enumerate(ctx.spec.engine.env):
+        if env.name in _GATE_ENV:
+            problem, fix = GATE_FLAGS[_GATE_ENV[env.name]]
+            fix = fix.replace("Remove it", f"Remove {env.name}")
+            out.append(_f("extra-args", "error", f"spec.engine.env[{i}]", env.name, f"sets --api-key: {problem}", fix))
     return out
 
 
