@@ -18,20 +18,16 @@ import kubernetes
 from kubernetes.dynamic.exceptions import ConflictError
 
 from glm_operator.api import GROUP, VERSION
-from glm_operator.api.conditions import set_condition
-from glm_operator.api.glmimage import IMAGE_PLURAL, GLMImage, ImagePhase
+from glm_operator.api.glmimage import IMAGE_PLURAL, GLMImage
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.k8s.client import api_client, core_v1
 from glm_operator.k8s.objects import dynamic
 from glm_operator.k8s.registry import Credentials, RegistryError, credentials_for, remote_digest, split_ref
-from glm_operator.render.dockerfile import build_args, render_dockerfile
+from glm_operator.planner.image import ImageObserved, needs_start, plan_follow, plan_start
 from glm_operator.render.imagebuild import (
     BuildSettings,
-    build_job,
-    context_configmap,
     job_name,
 )
-from glm_operator.render.imagestate import BuildOutcome, build_outcome, image_status
 
 log = logging.getLogger(__name__)
 
@@ -91,54 +87,36 @@ def _create(obj: dict[str, Any]) -> None:
 
 
 def start_build(body: dict[str, Any], settings: BuildSettings, catalogs: Catalogs) -> dict[str, Any]:
-    """Pin the registry's digest, or create the build context and Job; return the status to write."""
+    """Observe the registry and the plugin wheel, plan the first step, create its objects; return the status."""
+    if not needs_start(body):
+        return {}
     image = GLMImage.model_validate(body)
-    if image.status.phase is not None:
-        return {}  # already under way or finished (e.g. the operator restarted)
-    generation = image.metadata.get("generation")
-    spec = image.spec
-    digest = _existing_digest(spec.image, settings)
-    if digest is not None:
-        found = BuildOutcome(True, "FoundInRegistry", f"{spec.image} is already in the registry", digest=digest)
-        return image_status({}, found, spec.image, generation)
     try:
-        dockerfile = render_dockerfile(spec.platform, catalogs.images)
-        args = build_args(catalogs.images, spec.platform, spec.vllm_version)
-        wheel = Path(settings.plugin_wheel).read_bytes()
-        configmap = context_configmap(image, settings, dockerfile, wheel)
-        job = build_job(image, settings, args)
-    except (OSError, ValueError) as err:
-        return image_status({}, BuildOutcome(False, "ContextInvalid", str(err)), spec.image, generation)
-    _create(configmap)
-    _create(job)
-    job_ref = f"{settings.namespace}/{job['metadata']['name']}"
-    return {
-        "phase": ImagePhase.BUILDING.value,
-        "job": job_ref,
-        "attempts": (image.status.attempts or 0) + 1,
-        "observedGeneration": generation,
-        "conditions": set_condition([], "Built", "False", "Building", f"Job {job_ref} builds {spec.image}", generation),
-    }
+        wheel, wheel_error = Path(settings.plugin_wheel).read_bytes(), None
+    except OSError as err:
+        wheel, wheel_error = None, str(err)
+    observed = ImageObserved(_existing_digest(image.spec.image, settings), wheel, wheel_error)
+    outcome = plan_start(body, observed, catalogs, settings)
+    for obj in outcome.create:
+        _create(obj)
+    return outcome.status
 
 
 def follow_build(body: dict[str, Any], settings: BuildSettings) -> dict[str, Any]:
-    """The status to write once the build Job finished; {} while it runs."""
-    image = GLMImage.model_validate(body)
-    name = job_name(image)
-    status = cast(dict[str, Any], body.get("status") or {})
-    generation = image.metadata.get("generation")
+    """Read the build Job and its pods; the status to write once it finished, {} while it runs."""
+    name = job_name(GLMImage.model_validate(body))
     batch = kubernetes.client.BatchV1Api(api_client())
     try:
         job = batch.read_namespaced_job(name, settings.namespace)
     except kubernetes.client.ApiException as err:
         if err.status != 404:
             raise
-        gone = BuildOutcome(False, "JobMissing", f"build Job {settings.namespace}/{name} disappeared before finishing")
-        return image_status(status, gone, image.spec.image, generation)
+        return plan_follow(body, None, [], settings)
     pods = core_v1().list_namespaced_pod(settings.namespace, label_selector=f"batch.kubernetes.io/job-name={name}")
     client = api_client()
-    outcome = build_outcome(client.sanitize_for_serialization(job), client.sanitize_for_serialization(pods)["items"])
-    return {} if outcome is None else image_status(status, outcome, image.spec.image, generation)
+    return plan_follow(
+        body, client.sanitize_for_serialization(job), client.sanitize_for_serialization(pods)["items"], settings
+    )
 
 
 def patch_glmimage_status(name: str, status: dict[str, Any]) -> None:
