@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from glm_operator.catalog import vllm_facts
 from glm_operator.rules.feasibility import FEASIBILITY_CHECKS, GATE_FLAGS, MANAGED_FLAGS
-from glm_operator.rules.registry import KNOWN_ISSUES
+from glm_operator.rules.known_issues import KNOWN_ISSUES
 
 FACTS_BY_ID = {f.id: f for f in vllm_facts.FACTS}
 
