@@ -9,32 +9,25 @@ from typing import Any, Literal
 import kopf
 
 from glm_operator.api import GROUP, PLURAL, VERSION
-from glm_operator.handlers.settings import IMAGE_BUILD
-from glm_operator.k8s.catalog import CatalogSource
+from glm_operator.handlers.runtime import runtime
 from glm_operator.rules.engine import REMEDIATIONS_ANNOTATION, Admission, admit
 
 log = logging.getLogger(__name__)
-CATALOGS = CatalogSource(
-    os.environ.get("GLMOPS_CATALOG_CONFIGMAP"),
-    ttl_seconds=float(os.environ.get("GLMOPS_CATALOG_TTL_SECONDS", "30")),
-    # With image builds on, glmops' patched images are the ones it builds into its registry.
-    patched_registry=IMAGE_BUILD.registry if IMAGE_BUILD.enabled else None,
-)
 OPERATIONS: list[Literal["CREATE", "UPDATE"]] = ["CREATE", "UPDATE"]
 
 
-def _admit(body: kopf.Body) -> Admission:
+def _admit(body: kopf.Body, memo: kopf.Memo) -> Admission:
     """Evaluate the rules; an unexpected failure is reported as a 4xx admission error, never a 500."""
     try:
-        return admit(dict(body), CATALOGS.get())
+        return admit(dict(body), runtime(memo).catalogs.get())
     except Exception as err:  # noqa: BLE001 (the API server must get a clear 4xx, not a stack trace)
         log.exception("rules engine failed on %s", body.get("metadata", {}).get("name"))
         raise kopf.AdmissionError(f"glmops could not evaluate this GLMDeployment: {err}", code=422) from err
 
 
-def repair(body: kopf.Body, patch: kopf.Patch, warnings: list[str], **_: Any) -> None:
+def repair(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
     """Apply Auto remedies to settings the user left unset, and say so in kubectl's warnings."""
-    result = _admit(body)
+    result = _admit(body, memo)
     if not result.allowed or not result.changes:
         return  # the validating webhook reports every problem in one message
     patch.spec["engine"] = result.patched["spec"]["engine"]
@@ -44,9 +37,9 @@ def repair(body: kopf.Body, patch: kopf.Patch, warnings: list[str], **_: Any) ->
     warnings.extend(f"glmops repaired {f.message}" for f in result.findings if f.severity == "remediated")
 
 
-def validate(body: kopf.Body, warnings: list[str], **_: Any) -> None:
+def validate(body: kopf.Body, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
     """Refuse a GLMDeployment that would serve wrong answers, listing every problem at once."""
-    result = _admit(body)
+    result = _admit(body, memo)
     warnings.extend(f.message for f in result.findings if f.severity == "warning")
     if not result.allowed:
         raise kopf.AdmissionError(result.rejection(), code=422)

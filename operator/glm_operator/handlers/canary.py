@@ -13,7 +13,7 @@ from glm_operator.api import GLMDeployment
 from glm_operator.api.constants import LABEL_DEPLOYMENT, LABEL_POD_INDEX, LABEL_ROLE, ROLE_GROUP, SERVING, VLLM_PORT
 from glm_operator.canary.client import EndpointError, OpenAIClient
 from glm_operator.canary.suite import SuiteInputs, run_suite
-from glm_operator.handlers.admission import CATALOGS
+from glm_operator.handlers.runtime import Runtime, runtime
 from glm_operator.k8s import objects, pods
 from glm_operator.k8s.canary_data import gsm8k_for
 from glm_operator.k8s.metrics import record_suite
@@ -30,9 +30,11 @@ async def canary_gate(
     status: kopf.Status,
     stopped: kopf.DaemonStopped,
     logger: kopf.Logger,
+    memo: kopf.Memo,
     **_: Any,
 ) -> None:
     """Run the suite when the pod's server is up; keep re-checking at the deployment's interval."""
+    context = runtime(memo)
     labels = meta.get("labels", {})
     parent = labels.get(LABEL_DEPLOYMENT, "")
     namespace = namespace or "default"
@@ -45,7 +47,7 @@ async def canary_gate(
             await stopped.wait(2)
             continue
         try:
-            delay = await _check_once(namespace, parent, name, str(status["podIP"]), state)
+            delay = await _check_once(namespace, parent, name, str(status["podIP"]), state, context)
         except EndpointError as err:  # not up yet, or not this model's server: ask again soon
             logger.info(f"canary could not reach the pod yet: {err}")
             delay = UNREACHABLE_RETRY_S
@@ -58,14 +60,16 @@ async def canary_gate(
     await asyncio.to_thread(_forget, namespace, parent, name)
 
 
-async def _check_once(namespace: str, parent: str, pod: str, ip: str, state: GateState) -> float | None:
+async def _check_once(
+    namespace: str, parent: str, pod: str, ip: str, state: GateState, context: Runtime
+) -> float | None:
     """One canary run against one pod: the gate written, Events and status posted; the delay to the next run."""
     body = await asyncio.to_thread(objects.get_glmdeployment, namespace, parent)
     if body is None:
         return None
     glmd = GLMDeployment.model_validate(body)
     questions, shots = await asyncio.to_thread(gsm8k_for, body)
-    inputs: SuiteInputs = suite_inputs_for(body, CATALOGS.get(), questions, shots)
+    inputs: SuiteInputs = suite_inputs_for(body, context.catalogs.get(), questions, shots)
     client = OpenAIClient(f"http://{ip}:{VLLM_PORT}")
     try:
         served = await client.model_name()

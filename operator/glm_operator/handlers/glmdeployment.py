@@ -9,23 +9,23 @@ import kubernetes
 
 from glm_operator.api import GROUP, PLURAL, VERSION
 from glm_operator.api.constants import LABEL_DEPLOYMENT, MANAGED
-from glm_operator.handlers.admission import CATALOGS
-from glm_operator.handlers.settings import IMAGE_BUILD, OWNED_RESOURCES
+from glm_operator.handlers.runtime import Runtime, runtime
+from glm_operator.handlers.settings import OWNED_RESOURCES
 from glm_operator.k8s import objects
 from glm_operator.k8s.imagebuild import ensure_glmimage
 from glm_operator.planner.deployment import Observed, Outcome, image_request, plan
 
 
-def reconcile_body(body: dict[str, Any], logger: Any) -> Outcome:
+def reconcile_body(body: dict[str, Any], context: Runtime, logger: Any) -> Outcome:
     """Gather what the planner needs, plan, apply its objects and deletions; return the outcome."""
-    catalogs = CATALOGS.get()
+    catalogs = context.catalogs.get()
     meta = body["metadata"]
-    request = image_request(body, catalogs, IMAGE_BUILD)
+    request = image_request(body, catalogs, context.image_build)
     observed = Observed(
         owned=tuple(objects.owned(meta["namespace"], meta["name"])),
         lws_available=objects.lws_available(),
         glmimage=ensure_glmimage(request) if request is not None else None,
-        catalog_error=CATALOGS.last_error,
+        catalog_error=context.catalogs.last_error,
     )
     outcome = plan(body, observed, catalogs)
     try:
@@ -43,9 +43,9 @@ def reconcile_body(body: dict[str, Any], logger: Any) -> Outcome:
 @kopf.on.resume(GROUP, VERSION, PLURAL, id="glmops-reconcile")
 @kopf.on.create(GROUP, VERSION, PLURAL, id="glmops-reconcile")
 @kopf.on.update(GROUP, VERSION, PLURAL, id="glmops-reconcile", field="spec")
-def reconcile(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
+def reconcile(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, memo: kopf.Memo, **_: Any) -> None:
     """Apply the rendered workload, Service, PDB and canary ConfigMap; record plan and conditions."""
-    outcome = reconcile_body(dict(body), logger)
+    outcome = reconcile_body(dict(body), runtime(memo), logger)
     patch.status.update(outcome.status_patch())
     for event in outcome.events:
         (kopf.info if event.type == "Normal" else kopf.warn)(body, reason=event.reason, message=event.message)
@@ -57,22 +57,22 @@ def _parent(meta: kopf.Meta) -> tuple[str, str] | None:
     return (namespace, name) if name and namespace else None
 
 
-def refresh(namespace: str, name: str, logger: Any) -> dict[str, Any] | None:
+def refresh(namespace: str, name: str, context: Runtime, logger: Any) -> dict[str, Any] | None:
     """Reconcile one GLMDeployment outside its own events; write its status if it changed; return its body."""
     body = objects.get_glmdeployment(namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return None  # the owner is going away; garbage collection removes the rest
     before = body.get("status") or {}
-    status = reconcile_body(body, logger).status_patch()
+    status = reconcile_body(body, context, logger).status_patch()
     if any(before.get(k) != v for k, v in status.items()):
         objects.patch_glmdeployment_status(namespace, name, status)
     return body
 
 
-def _owned_event(type: str, meta: kopf.Meta, logger: kopf.Logger, **_: Any) -> None:
+def _owned_event(type: str, meta: kopf.Meta, logger: kopf.Logger, memo: kopf.Memo, **_: Any) -> None:
     """An owned object changed or vanished: restore what drifted and refresh readiness."""
     parent = _parent(meta)
-    body = refresh(*parent, logger) if parent else None
+    body = refresh(*parent, runtime(memo), logger) if parent else None
     if body is not None and type == "DELETED":
         kopf.info(
             kopf.Body(cast(kopf.RawBody, body)),

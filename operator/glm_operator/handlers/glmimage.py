@@ -12,24 +12,24 @@ import kopf
 
 from glm_operator.api import GROUP, PLURAL, VERSION
 from glm_operator.api.glmimage import IMAGE_PLURAL, ImagePhase
-from glm_operator.handlers.admission import CATALOGS
 from glm_operator.handlers.glmdeployment import refresh
-from glm_operator.handlers.settings import IMAGE_BUILD
+from glm_operator.handlers.runtime import REGISTRATION, runtime
 from glm_operator.k8s.imagebuild import follow_build, start_build
 from glm_operator.render.imagebuild import planned_image
 
 
-def build(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
+def build(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, memo: kopf.Memo, **_: Any) -> None:
     """Pin the digest the registry already has, or create the build context and Job."""
-    status = start_build(dict(body), IMAGE_BUILD, CATALOGS.get())
+    context = runtime(memo)
+    status = start_build(dict(body), context.image_build, context.catalogs.get())
     patch.status.update(status)
     if status.get("phase"):
         kopf.info(body, reason=status["phase"], message=status["conditions"][-1]["message"])
 
 
-def follow(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+def follow(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
     """Record the build Job's outcome once it finished: the digest, or the reason and log tail."""
-    status = follow_build(dict(body), IMAGE_BUILD)
+    status = follow_build(dict(body), runtime(memo).image_build)
     patch.status.update(status)
     if status:
         built = next(c for c in status["conditions"] if c["type"] == "Built")
@@ -40,23 +40,25 @@ def building(status: kopf.Status, **_: Any) -> bool:
     return bool(status.get("phase") == ImagePhase.BUILDING.value)
 
 
-def image_users(spec: kopf.Spec, namespace: str | None, name: str, **_: Any) -> dict[str, tuple[str, str]] | None:
+def image_users(
+    spec: kopf.Spec, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
+) -> dict[str, tuple[str, str]] | None:
     """Index GLMDeployments by the image they run, so a GLMImage's change finds its waiting users."""
-    ref = planned_image(dict(spec), CATALOGS.get())
+    ref = planned_image(dict(spec), runtime(memo).catalogs.get())
     return {ref: (namespace, name)} if ref and namespace else None
 
 
-def wake_users(body: kopf.Body, logger: kopf.Logger, **kwargs: Any) -> None:
+def wake_users(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **kwargs: Any) -> None:
     """A GLMImage changed (or was deleted, to rebuild): reconcile every deployment running its image."""
     users: kopf.Index[str, tuple[str, str]] = kwargs["image_users"]  # kopf passes indexes by their id
     for namespace, name in list(users.get(body.get("spec", {}).get("image", ""), [])):
-        refresh(namespace, name, logger)
+        refresh(namespace, name, runtime(memo), logger)
 
 
-if IMAGE_BUILD.enabled:
+if REGISTRATION.enabled:
     kopf.on.resume(GROUP, VERSION, IMAGE_PLURAL, id="glmops-image-build")(build)
     kopf.on.create(GROUP, VERSION, IMAGE_PLURAL, id="glmops-image-build")(build)
-    poll = IMAGE_BUILD.poll_seconds
+    poll = REGISTRATION.poll_seconds
     kopf.timer(GROUP, VERSION, IMAGE_PLURAL, id="glmops-image-follow", interval=poll, when=building)(follow)
     kopf.index(GROUP, VERSION, PLURAL, id="image_users")(image_users)
     kopf.on.event(GROUP, VERSION, IMAGE_PLURAL, id="glmops-image-users")(wake_users)

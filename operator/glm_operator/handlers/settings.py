@@ -9,13 +9,11 @@ from typing import Any
 import kopf
 
 from glm_operator.api.constants import MANAGED, SERVING, selector
+from glm_operator.handlers.runtime import Runtime
 from glm_operator.k8s.metrics import serve_metrics
 from glm_operator.k8s.webhooks import webhook_server_from_env
-from glm_operator.render.imagebuild import BuildSettings
 
 PREFIX = "glmops.dev"
-# In-cluster builds of the patched vLLM images (GLMOPS_IMAGE_BUILD_*; off unless enabled).
-IMAGE_BUILD = BuildSettings.from_env(os.environ)
 OWNED_RESOURCES = (
     ("apps", "v1", "deployments"),
     ("apps", "v1", "statefulsets"),
@@ -27,8 +25,9 @@ OWNED_RESOURCES = (
 
 
 @kopf.on.startup(id="glmops-settings")
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    """Store kopf's progress and diff-base in glmops.dev/ annotations, use our finalizer, serve webhooks."""
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """Build the runtime context; keep kopf's progress in glmops.dev/ annotations; our finalizer; webhooks."""
+    memo.runtime = Runtime.from_env(os.environ)
     settings.persistence.finalizer = f"{PREFIX}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(

@@ -1,0 +1,46 @@
+"""The operator's runtime context: catalogs and settings, built once at start-up and handed to every handler.
+
+`settings.configure` (kopf's start-up handler) stores a `Runtime` in kopf's memo; handlers read it with
+`runtime(memo)` instead of sharing module globals built at import. The catalogs re-read the cluster's extension
+(`GLMOPS_CATALOG_CONFIGMAP`) every `GLMOPS_CATALOG_TTL_SECONDS`, keeping the last good ones when it breaks.
+Which handlers exist is still decided at import (kopf registers decorators then): `REGISTRATION` says whether
+in-cluster image builds are on, and how often a build is polled.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from glm_operator.k8s.catalog import CatalogSource
+from glm_operator.render.imagebuild import BuildSettings
+
+REGISTRATION = BuildSettings.from_env(os.environ)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    catalogs: CatalogSource
+    image_build: BuildSettings
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Runtime:
+        image_build = BuildSettings.from_env(env)
+        catalogs = CatalogSource(
+            env.get("GLMOPS_CATALOG_CONFIGMAP"),
+            ttl_seconds=float(env.get("GLMOPS_CATALOG_TTL_SECONDS", "30")),
+            # With image builds on, glmops' patched images are the ones it builds into its registry.
+            patched_registry=image_build.registry if image_build.enabled else None,
+        )
+        return cls(catalogs=catalogs, image_build=image_build)
+
+
+def runtime(memo: Any) -> Runtime:
+    """The Runtime the start-up handler stored (built on first use where a handler runs before it, as in tests)."""
+    found = getattr(memo, "runtime", None)
+    if not isinstance(found, Runtime):
+        found = Runtime.from_env(os.environ)
+        memo.runtime = found
+    return found
