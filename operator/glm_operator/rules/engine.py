@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from glm_operator.api import GLMDeployment, GLMDeploymentSpec
 from glm_operator.rules.context import Catalogs, resolve
 from glm_operator.rules.feasibility import FEASIBILITY_CHECKS
-from glm_operator.rules.findings import Change, Finding
+from glm_operator.rules.findings import Change, Finding, shown_json
 from glm_operator.rules.known_issues import KNOWN_ISSUE_CHECKS
 
 REMEDIATIONS_ANNOTATION = "glmops.dev/remediations"
@@ -63,7 +63,7 @@ def schema_findings(err: ValidationError) -> list[Finding]:
     out = []
     for e in err.errors():
         path = ".".join(str(p) for p in e["loc"])
-        value = json.dumps(e.get("input")) if not isinstance(e.get("input"), dict) else "{...}"
+        value = shown_json(e.get("input")) if not isinstance(e.get("input"), dict) else "{...}"
         out.append(
             Finding(
                 rule="schema",
