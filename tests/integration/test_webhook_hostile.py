@@ -67,6 +67,10 @@ def test_hostile_requests_get_a_4xx_and_the_operator_keeps_admitting(
     manifest["metadata"]["namespace"] = namespace
     applied = kubectl.run("apply", "-f", "-", input=json.dumps(manifest), check=False)
     assert applied.returncode == 0, applied.stderr
+    manifest["spec"]["replicas"] = 2  # an UPDATE review carries oldObject too; a dry run sets dryRun
+    for extra in (["--dry-run=server"], []):
+        updated = kubectl.run("apply", *extra, "-f", "-", input=json.dumps(manifest), check=False)
+        assert updated.returncode == 0, updated.stderr
 
     new_log = _operator_log(operator)[log_before:]
     assert "Traceback" not in new_log, new_log[-3000:]
