@@ -56,7 +56,7 @@ def test_json_output_has_one_element_per_object(capsys: pytest.CaptureFixture[st
 @pytest.mark.parametrize(
     "text, why",
     [
-        ("kind: Pod\napiVersion: v1\n", "is not GLMDeployment"),
+        ("kind: Pod\napiVersion: v1\n", 'skipped "Pod" ("v1"): not a GLMDeployment'),
         ("a: [unclosed\n", "not valid YAML"),
         ("- 1\n", "not a Kubernetes"),
     ],

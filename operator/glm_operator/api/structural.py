@@ -47,13 +47,20 @@ def drop_nulls(node: Any) -> Any:
     return node
 
 
+SHOWN_CHARS = 200
+"""Longest value a message quotes whole: a 5 MB string is cut, with its length said."""
+
+
 def show(value: Any) -> str:
-    """A value as a message quotes it: scalars as JSON, containers elided."""
+    """A value as a message quotes it: scalars as JSON (cut past SHOWN_CHARS), containers elided."""
     if isinstance(value, dict):
         return "{...}"
     if isinstance(value, list):
         return "[...]"
-    return json.dumps(value)
+    text = json.dumps(value)
+    if len(text) <= SHOWN_CHARS + 40:
+        return text
+    return f"{text[:SHOWN_CHARS]}... (truncated, {len(text)} characters in all)"
 
 
 def explain_path(path: str) -> str:

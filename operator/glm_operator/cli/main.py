@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -109,7 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
         "validate",
         help="check GLMDeployment manifests against the schema, the known-issue rules and the policy",
         description="Exit 0 when every object is admitted (maybe repaired or with warnings), 1 when any is "
-        "refused, 2 for unreadable input or an unknown kind.",
+        "refused, 2 for bad input: unreadable, not YAML, over 16 MiB or expanded by YAML aliases beyond "
+        "100000 values, or a file without any GLMDeployment. Objects of other kinds (a Service, a ConfigMap) "
+        "are skipped with a note on stderr; the items of a `kind: List` are read. Values in messages are cut "
+        "at 200 characters. Exit 141 when the reader of the output leaves early (as `| head`).",
     )
     val.add_argument("-o", "--output", choices=["text", "json"], default="text")
     val.add_argument(
@@ -125,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     ren = sub.add_parser(
         "render",
         help="print the Kubernetes objects the operator would apply (after admission's repairs)",
-        description="Exit 0 with the objects on stdout, 1 when admission refuses an object, 2 for bad input.",
+        description="Exit 0 with the objects on stdout, 1 when admission refuses an object, 2 for bad input "
+        "(as for validate: other kinds are skipped with a note, a file without any GLMDeployment is bad input).",
     )
     ren.add_argument(
         "--no-lws",
@@ -189,9 +194,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_BROKEN_PIPE = 128 + 13
+"""What a shell reports for a tool stopped by SIGPIPE, as `cat big | head` stops cat."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader (head, less) left: say nothing, and keep Python's exit-time flush from failing again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     return code
 
 

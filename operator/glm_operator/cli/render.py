@@ -28,7 +28,8 @@ def render(
     catalogs, docs = inputs
     rendered = []
     for where, doc in docs:
-        doc.setdefault("metadata", {}).setdefault("namespace", "default")
+        if isinstance(doc.get("metadata"), dict):
+            doc["metadata"].setdefault("namespace", "default")
         admission = admit(doc, catalogs)
         if not admission.allowed:
             print(f"{where}: refused by admission:\n{admission.rejection()}", file=sys.stderr)

@@ -4,51 +4,21 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
-
-from glm_operator.api import API_VERSION, KIND
+from glm_operator.api import KIND
 from glm_operator.catalog.bundle import CatalogError, Catalogs
+from glm_operator.cli.manifests import InputError, Manifests, load_manifests, read_bounded
 from glm_operator.rules.engine import admit
+from glm_operator.rules.findings import clip
 
 EXIT_ADMITTED, EXIT_REFUSED, EXIT_BAD_INPUT = 0, 1, 2
-
-
-class InputError(Exception):
-    """Input that cannot be judged at all: unreadable, not YAML, or not a GLMDeployment."""
-
-
-def load_documents(paths: list[str], stdin: TextIO) -> list[tuple[str, dict[str, Any]]]:
-    docs: list[tuple[str, dict[str, Any]]] = []
-    for path in paths:
-        try:
-            text = stdin.read() if path == "-" else Path(path).read_text()
-            loaded = [d for d in yaml.safe_load_all(text) if d is not None]
-        except (OSError, UnicodeDecodeError) as err:
-            raise InputError(f"{path}: cannot read: {err}") from err
-        except yaml.YAMLError as err:
-            raise InputError(f"{path}: not valid YAML: {err}") from err
-        for i, doc in enumerate(loaded):
-            where = f"{path}#{i}" if len(loaded) > 1 else path
-            if not isinstance(doc, dict):
-                raise InputError(f"{where}: not a Kubernetes object")
-            if doc.get("kind") != KIND or doc.get("apiVersion") != API_VERSION:
-                raise InputError(
-                    f"{where}: kind {doc.get('kind')!r} ({doc.get('apiVersion')!r}) is not {KIND} ({API_VERSION})"
-                )
-            docs.append((where, doc))
-    return docs
 
 
 def load_catalogs(extensions: list[str]) -> Catalogs:
     catalogs = Catalogs.packaged()
     for path in extensions:
-        try:
-            text = Path(path).read_text()
-        except OSError as err:
-            raise InputError(f"{path}: cannot read: {err}") from err
+        text = read_bounded(path, sys.stdin)
         try:
             catalogs = catalogs.extend(text, source=path)
         except CatalogError as err:
@@ -60,11 +30,20 @@ def read_inputs(
     paths: list[str], catalog_files: list[str] | None, stdin: TextIO | None
 ) -> tuple[Catalogs, list[tuple[str, dict[str, Any]]]] | None:
     """Catalogs and manifests for a command, or None after saying on stderr why they cannot be read."""
+    manifests = Manifests()
     try:
-        return load_catalogs(catalog_files or []), load_documents(paths, stdin or sys.stdin)
+        catalogs = load_catalogs(catalog_files or [])
+        load_manifests(paths, stdin or sys.stdin, manifests)
     except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
+        problem: InputError | None = err
+    else:
+        problem = None
+    for note in manifests.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
         return None
+    return catalogs, manifests.objects
 
 
 def validate(
@@ -85,7 +64,7 @@ def validate(
         results.append(
             {
                 "kind": KIND,
-                "name": (doc.get("metadata") or {}).get("name", ""),
+                "name": _name(doc),
                 "source": where,
                 "allowed": admission.allowed,
                 "findings": [f.as_dict() for f in admission.findings],
@@ -98,7 +77,12 @@ def validate(
     else:
         for r in results:
             verdict = "admitted" if r["allowed"] else "REFUSED"
-            stdout.write(f"{r['source']}: {r['name']}: {verdict}\n")
+            stdout.write(f"{r['source']}: {clip(str(r['name']))}: {verdict}\n")
             for f in r["findings"]:
                 stdout.write(f"  {f['severity']}: {f['message']}\n")
     return EXIT_ADMITTED if all(r["allowed"] for r in results) else EXIT_REFUSED
+
+
+def _name(doc: dict[str, Any]) -> Any:
+    metadata = doc.get("metadata")
+    return metadata.get("name", "") if isinstance(metadata, dict) else ""

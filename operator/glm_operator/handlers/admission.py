@@ -9,6 +9,7 @@ from typing import Any, Literal
 import kopf
 
 from glm_operator.api import GROUP, PLURAL, VERSION
+from glm_operator.api.constants import REPAIR_WEBHOOK_ID, VALIDATE_WEBHOOK_ID
 from glm_operator.handlers.runtime import runtime
 from glm_operator.rules.engine import REMEDIATIONS_ANNOTATION, Admission, admit
 
@@ -48,5 +49,5 @@ def validate(body: kopf.Body, warnings: list[str], memo: kopf.Memo, **_: Any) ->
 # With GLMOPS_WEBHOOK=off (e.g. a cluster whose admission is served elsewhere) no webhook is
 # registered: kopf refuses admission handlers without a server.
 if os.environ.get("GLMOPS_WEBHOOK", "on") != "off":
-    kopf.on.mutate(GROUP, VERSION, PLURAL, id="glmops-repair", operations=OPERATIONS)(repair)
-    kopf.on.validate(GROUP, VERSION, PLURAL, id="glmops-validate", operations=OPERATIONS)(validate)
+    kopf.on.mutate(GROUP, VERSION, PLURAL, id=REPAIR_WEBHOOK_ID, operations=OPERATIONS)(repair)
+    kopf.on.validate(GROUP, VERSION, PLURAL, id=VALIDATE_WEBHOOK_ID, operations=OPERATIONS)(validate)

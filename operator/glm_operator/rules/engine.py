@@ -93,7 +93,8 @@ def owned_env(obj: dict[str, Any]) -> dict[str, str]:
 def admit(obj: dict[str, Any], catalogs: Catalogs | None = None) -> Admission:
     """Decide on one GLMDeployment, repairing it first when its policy is Auto."""
     catalogs = catalogs or Catalogs.packaged()
-    current = copy.deepcopy(obj)
+    # Repairs work on the object as the API server keeps it: null-valued keys are dropped there too.
+    current = structural.drop_nulls(copy.deepcopy(obj))
     findings = evaluate(current, catalogs)
     if any(f.rule == "schema" for f in findings):
         return Admission(False, findings, current)

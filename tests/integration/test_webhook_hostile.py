@@ -1,0 +1,113 @@
+"""Hostile requests sent straight to the running operator's webhook port: each gets its 4xx, and admission goes on.
+
+The operator runs as in every integration test (`kopf run` on our handlers, the session's `operator` fixture);
+the requests skip the API server, as a person or program on the pod network could.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import socket
+import ssl
+import time
+
+import pytest
+
+from tests.conftest import ARTIFACTS, TEST_WEBHOOK_PORT, OperatorProcess
+from tests.support.cluster import Cluster, Kubectl
+from tests.support.hostile_reviews import HOSTILE, JSON, VALID
+
+pytestmark = pytest.mark.cluster
+PORT = int(TEST_WEBHOOK_PORT)
+
+
+def _context(cluster: Cluster) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(cluster.ca_cert))
+    context.check_hostname = False  # the webhook certificate names the host the API server dials
+    return context
+
+
+def post(cluster: Cluster, path: str, body: bytes, content_type: str = JSON) -> tuple[int, bytes]:
+    connection = http.client.HTTPSConnection("127.0.0.1", PORT, context=_context(cluster), timeout=30)
+    try:
+        connection.putrequest("POST", path)
+        connection.putheader("Content-Type", content_type)
+        connection.putheader("Content-Length", str(len(body)))
+        connection.endheaders()
+        # The server may answer an oversized body before taking all of it: its answer is still there.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            connection.send(body)
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def _operator_log(operator: OperatorProcess) -> str:
+    return (ARTIFACTS / f"{operator.name}-{operator.starts}.log").read_text(errors="replace")
+
+
+def test_hostile_requests_get_a_4xx_and_the_operator_keeps_admitting(
+    cluster: Cluster, kubectl: Kubectl, operator: OperatorProcess, namespace: str
+) -> None:
+    log_before = len(_operator_log(operator))
+    answers = {}
+    for case in HOSTILE:
+        status, body = post(cluster, case.path, case.body, case.content_type)
+        answers[case.name] = status
+        assert status == case.status, f"{case.name}: {status} {body[:300]!r}"
+        assert len(body) < 1000, case.name
+    assert operator.proc is not None and operator.proc.poll() is None, "the operator is still running"
+
+    status, body = post(cluster, "/glmops-validate", VALID)
+    assert status == 200 and json.loads(body)["response"]["allowed"] is True
+    manifest = json.loads(VALID)["request"]["object"]
+    manifest["metadata"]["namespace"] = namespace
+    applied = kubectl.run("apply", "-f", "-", input=json.dumps(manifest), check=False)
+    assert applied.returncode == 0, applied.stderr
+    manifest["spec"]["replicas"] = 2  # an UPDATE review carries oldObject too; a dry run sets dryRun
+    for extra in (["--dry-run=server"], []):
+        updated = kubectl.run("apply", *extra, "-f", "-", input=json.dumps(manifest), check=False)
+        assert updated.returncode == 0, updated.stderr
+
+    new_log = _operator_log(operator)[log_before:]
+    assert "Traceback" not in new_log, new_log[-3000:]
+    assert new_log.count("webhook refused a request") >= len(HOSTILE), "each refusal is one log line"
+
+
+def test_a_body_that_never_arrives_is_cut_off_with_408(cluster: Cluster, operator: OperatorProcess) -> None:
+    with (
+        socket.create_connection(("127.0.0.1", PORT), timeout=30) as raw,
+        _context(cluster).wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        tls.sendall(
+            b"POST /glmops-validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"apiVersion": '
+        )
+        started = time.monotonic()
+        status_line = tls.recv(200).split(b"\r\n")[0]
+    assert status_line.startswith(b"HTTP/1.1 408"), status_line
+    assert time.monotonic() - started < 20
+
+
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1:DeprecationWarning")
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1_1], ids=["tls1.0", "tls1.1"])
+def test_tls_before_1_2_is_refused(cluster: Cluster, operator: OperatorProcess, version: ssl.TLSVersion) -> None:
+    context = _context(cluster)
+    context.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+    context.maximum_version = version
+    context.set_ciphers("DEFAULT:@SECLEVEL=0")  # let this client offer the old protocol at all
+    with socket.create_connection(("127.0.0.1", PORT), timeout=10) as raw, pytest.raises(ssl.SSLError):
+        context.wrap_socket(raw, server_hostname="127.0.0.1").close()
+
+
+def test_tls_1_2_is_accepted(cluster: Cluster, operator: OperatorProcess) -> None:
+    context = _context(cluster)
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    with (
+        socket.create_connection(("127.0.0.1", PORT), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        assert tls.version() == "TLSv1.2"
