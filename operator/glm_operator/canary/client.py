@@ -21,7 +21,9 @@ class OpenAIClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport)
+        # The canaries bound their own concurrency (GSM8K up to 256 in flight); httpx's pool would cap it at 100.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport, limits=limits)
 
     async def close(self) -> None:
         await self._http.aclose()
