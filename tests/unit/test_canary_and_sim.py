@@ -381,3 +381,13 @@ def test_glmctl_sim_stops_with_the_error_read_from_its_own_environment(
     code = sim("127.0.0.1", _free_port(), "auto", None, "m", 0, 0, 0.0, "B300", "0.33.0", MXFP4_PATCH, serve_args)
     assert code == 1
     assert "--all2all-backend: nixl_ep" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("accuracy, right", [(1.0, 150), (0.93, 140), (0.75, 112), (0.0, 0)])
+def test_a_simulated_model_answers_exactly_its_accuracy_share_of_the_gold_questions(
+    accuracy: float, right: int
+) -> None:
+    items = list({item.question: item for item in generate(200, seed=11)}.values())[:150]
+    model = Model("none", items, accuracy)
+    answers = [last_integer(model.completion(f"Question: {item.question}\nAnswer:")) for item in items]
+    assert sum(a == item.label for a, item in zip(answers, items, strict=True)) == right
