@@ -4,8 +4,8 @@ Prompt and scoring follow vLLM's gsm8k_eval: 5-shot "Question: ...\\nAnswer: ...
 on /v1/completions, temperature 0, max_tokens 256, stop at "Question" and "Assistant:", score = the last
 integer of the output (commas stripped) equals the label. The chat variant scores `content` only.
 
-Questions are asked with up to `concurrency` requests in flight (a new one goes out as each answers, as
-vLLM batches them), and the answers are fed to the sequential probability ratio test of `canary.sprt` in
+Questions are asked in waves of `concurrency` requests at once (vLLM answers a wave as one batch, in
+about the time of one question), and the answers are fed to the sequential probability ratio test of `canary.sprt` in
 question order; once it decides, the requests still in flight are cancelled. The module docstring of
 `canary.sprt` says why its error rates hold whatever the concurrency.
 """
@@ -79,24 +79,35 @@ async def decide(
     concurrency: int,
     on_answer: Callable[[], Awaitable[None]] | None = None,
 ) -> int:
-    """Ask `items` with at most `concurrency` in flight until `state` decides; returns how many were sent."""
-    answered: dict[int, bool] = {}
+    """Ask `items` in waves of `concurrency` until `state` decides; returns how many were sent.
+
+    Each wave goes out at once (vLLM batches it) and its answers are fed in question order as they
+    arrive; the next wave goes out only when this one is fed. Waiting for the slowest answer of a wave
+    costs little, as a batch finishes together, and bounds what is wasted once the test decides to the
+    rest of one wave, whose requests are cancelled.
+    """
     pending: dict[asyncio.Task[bool], int] = {}
-    sent = fed = 0
+    finished: asyncio.Queue[asyncio.Task[bool]] = asyncio.Queue()  # one wake-up per answer, not one per task
+    sent = 0
     try:
-        while state.verdict is None and fed < len(items):
-            while len(pending) < max(1, concurrency) and sent < len(items):
-                pending[asyncio.create_task(ask(items[sent]))] = sent
-                sent += 1
-            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
+        while state.verdict is None and sent < len(items):
+            first, sent = sent, min(len(items), sent + max(1, concurrency))
+            for i in range(first, sent):
+                task = asyncio.create_task(ask(items[i]))
+                task.add_done_callback(finished.put_nowait)
+                pending[task] = i
+            answered: dict[int, bool] = {}
+            fed = first
+            while pending and state.verdict is None:
+                task = await finished.get()
                 answered[pending.pop(task)] = task.result()
-            ready: list[bool] = []
-            while fed + len(ready) in answered:
-                ready.append(answered.pop(fed + len(ready)))
-            fed += state.feed(ready)
-            if on_answer is not None:
-                await on_answer()
+                ready: list[bool] = []
+                while fed + len(ready) in answered:
+                    ready.append(answered.pop(fed + len(ready)))
+                if ready:
+                    fed += state.feed(ready)
+                    if on_answer is not None:
+                        await on_answer()
     finally:
         for task in pending:
             task.cancel()
