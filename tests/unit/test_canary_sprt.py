@@ -9,10 +9,13 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
+from glm_operator.api.v1alpha1 import GSM8KCanary
 from glm_operator.canary.gsm8k import decide
 from glm_operator.canary.gsm8k_data import Item
 from glm_operator.canary.sprt import ALPHA, BETA, Sprt, hypotheses
+from glm_operator.cli.main import build_parser
 
 GLM5 = Sprt(threshold=0.82, expected=0.93, max_questions=200)
 
@@ -172,3 +175,22 @@ def test_requests_still_in_flight_are_cancelled_once_the_test_decides() -> None:
     sent = asyncio.run(decide(server.ask, items, state, concurrency=32))
     assert state.verdict is False and state.asked == 8 and sent == 32, "one wave, nothing more"
     assert server.in_flight == 0 and sent - server.cancelled >= 8
+
+
+@pytest.mark.parametrize("concurrency, valid", [(0, False), (1, True), (64, True), (256, True), (257, False)])
+def test_the_concurrency_setting_is_bounded_in_the_spec_and_the_cli(concurrency: int, valid: bool) -> None:
+    if valid:
+        assert GSM8KCanary(concurrency=concurrency).concurrency == concurrency
+    else:
+        with pytest.raises(ValidationError):
+            GSM8KCanary(concurrency=concurrency)
+    argv = ["canary", "--url", "http://127.0.0.1:1", "--concurrency", str(concurrency)]
+    if valid:
+        assert build_parser().parse_args(argv).concurrency == concurrency
+    else:
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(argv)
+
+
+def test_the_default_concurrency_is_one_wave_of_64() -> None:
+    assert GSM8KCanary().concurrency == 64 and build_parser().parse_args(["canary", "--url", "u"]).concurrency == 64
