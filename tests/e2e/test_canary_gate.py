@@ -103,7 +103,9 @@ def test_a_broken_config_that_slips_past_admission_never_becomes_ready(
 
     report = eventually(failed, timeout=120, what="the canaries to fail")
     assert {"smoke", "gsm8k", "null-content"} <= set(report["failed"])
-    assert "gsm8k 0 (threshold 0.82): 0/3 correct" in report["message"]
+    # Garbled text now and then ends in the right number (1 of the first 9 real GSM8K questions).
+    gsm8k = re.search(r"gsm8k [0-9.]+ \(threshold 0\.82\): (\d+)/(\d+) correct", report["message"])
+    assert gsm8k and int(gsm8k[1]) <= 1 and int(gsm8k[2]) <= 20, report["message"]
     null_rate = float(re.search(r"null-content ([0-9.]+) \(threshold", report["message"])[1])  # type: ignore[index]
     assert null_rate > 0.5, "the report's signature: most answers only in the reasoning field"
     pod = _pods(kubectl, namespace, "slipped")[0]

@@ -290,12 +290,19 @@ class GSM8KSource(_Model):
 
 
 class GSM8KCanary(_Model):
-    """GSM8K accuracy, scored as vLLM's own check does, decided by a sequential test."""
+    """GSM8K accuracy, scored as vLLM's own check does, asked concurrently and decided by a sequential test."""
 
     enabled: bool = Field(default=True, description="Run this check.")
     max_questions: int = Field(default=200, ge=1, le=1319, description="Questions at most; the test stops early.")
     threshold: float | None = Field(
         default=None, ge=0, le=1, description="Accuracy to pass. Unset means the model catalog's default."
+    )
+    concurrency: int = Field(
+        default=64,
+        ge=1,
+        le=256,
+        description="Questions in flight at once. The sequential test's error rates do not depend on it; "
+        "higher decides in fewer round trips but adds load (vLLM's default batch is 256 sequences).",
     )
     chat: bool = Field(default=False, description="Also score the chat variant (content only, no reasoning).")
     source: GSM8KSource = Field(

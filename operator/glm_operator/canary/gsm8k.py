@@ -1,28 +1,28 @@
-"""GSM8K canary, compatible with vLLM's own check, decided by a sequential test.
+"""GSM8K canary, compatible with vLLM's own check, decided by a sequential test over concurrent waves.
 
 Prompt and scoring follow vLLM's gsm8k_eval: 5-shot "Question: ...\\nAnswer: ..." from the train split
 on /v1/completions, temperature 0, max_tokens 256, stop at "Question" and "Assistant:", score = the last
 integer of the output (commas stripped) equals the label. The chat variant scores `content` only.
 
-The decision is sequential: after each answer the Wilson score interval of the accuracy is compared
-with the threshold, and the test stops as soon as the interval lies wholly above (pass) or below
-(fail) it. The interval is a 99.9 % one because it is looked at after every answer: a healthy model at
-94 % must not fail on an unlucky first answer. A model at 0 % fails after 3 questions; a perfect one
-passes after 50; models near the threshold run to max_questions and are judged on the point estimate.
+Questions are asked in waves of `concurrency` requests at once (vLLM answers a wave as one batch, in
+about the time of one question), and the answers are fed to the sequential probability ratio test of `canary.sprt` in
+question order; once it decides, the requests still in flight are cancelled. The module docstring of
+`canary.sprt` says why its error rates hold whatever the concurrency.
 """
 
 from __future__ import annotations
 
-import math
+import asyncio
 import re
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, replace
+from typing import Any
 
 from glm_operator.canary.client import OpenAIClient
 from glm_operator.canary.gsm8k_data import Item
 from glm_operator.canary.results import CheckResult
+from glm_operator.canary.sprt import Sprt, SprtState
 
-Z = 3.290527  # two-sided 99.9 %
 STOP = ["Question", "Assistant:"]
 _INTEGER = re.compile(r"-?\d[\d,]*")
 
@@ -37,84 +37,110 @@ def last_integer(text: str) -> str | None:
     return found[-1].replace(",", "") if found else None
 
 
-def wilson(successes: int, n: int) -> tuple[float, float]:
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    denom = 1 + Z**2 / n
-    centre = (p + Z**2 / (2 * n)) / denom
-    half = Z * math.sqrt(p * (1 - p) / n + Z**2 / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+@dataclass(frozen=True)
+class Gsm8kRun:
+    """How one GSM8K check is asked and decided."""
 
-
-@dataclass
-class Sequential:
     threshold: float
-    correct: int = 0
-    asked: int = 0
-
-    def add(self, ok: bool) -> None:
-        self.asked += 1
-        self.correct += int(ok)
-
-    def decided(self) -> bool | None:
-        low, high = wilson(self.correct, self.asked)
-        if low >= self.threshold:
-            return True
-        if high < self.threshold:
-            return False
-        return None
+    max_questions: int
+    expected: float = 0.93
+    concurrency: int = 64
+    chat: bool = False
 
 
 async def run_gsm8k(
     client: OpenAIClient,
     questions: list[Item],
     shots: list[Item],
-    threshold: float,
-    max_questions: int,
-    chat: bool = False,
+    run: Gsm8kRun,
     progress: Callable[[str], Awaitable[None] | None] | None = None,
 ) -> list[CheckResult]:
-    results = [await _run(client, questions, shots, threshold, max_questions, False, progress)]
-    if chat:
-        results.append(await _run(client, questions, shots, threshold, max_questions, True, progress))
+    results = [await _run(client, questions, shots, replace(run, chat=False), progress)]
+    if run.chat:
+        results.append(await _run(client, questions, shots, run, progress))
     return results
+
+
+def _asker(client: OpenAIClient, shots: list[Item], chat: bool) -> Callable[[Item], Coroutine[Any, Any, bool]]:
+    async def ask(item: Item) -> bool:
+        if chat:
+            message = await client.chat(f"{item.question}\nGive the final answer as a number.", max_tokens=512)
+            return last_integer(str(message.get("content") or "")) == item.label
+        choice = await client.complete(few_shot_prompt(shots, item.question), max_tokens=256, stop=STOP)
+        return last_integer(str(choice.get("text") or "")) == item.label
+
+    return ask
+
+
+async def decide(
+    ask: Callable[[Item], Coroutine[Any, Any, bool]],
+    items: list[Item],
+    state: SprtState,
+    concurrency: int,
+    on_answer: Callable[[], Awaitable[None]] | None = None,
+) -> int:
+    """Ask `items` in waves of `concurrency` until `state` decides; returns how many were sent.
+
+    Each wave goes out at once (vLLM batches it) and its answers are fed in question order as they
+    arrive; the next wave goes out only when this one is fed. Waiting for the slowest answer of a wave
+    costs little, as a batch finishes together, and bounds what is wasted once the test decides to the
+    rest of one wave, whose requests are cancelled.
+    """
+    pending: dict[asyncio.Task[bool], int] = {}
+    finished: asyncio.Queue[asyncio.Task[bool]] = asyncio.Queue()  # one wake-up per answer, not one per task
+    sent = 0
+    try:
+        while state.verdict is None and sent < len(items):
+            first, sent = sent, min(len(items), sent + max(1, concurrency))
+            for i in range(first, sent):
+                task = asyncio.create_task(ask(items[i]))
+                task.add_done_callback(finished.put_nowait)
+                pending[task] = i
+            answered: dict[int, bool] = {}
+            fed = first
+            while pending and state.verdict is None:
+                task = await finished.get()
+                answered[pending.pop(task)] = task.result()
+                ready: list[bool] = []
+                while fed + len(ready) in answered:
+                    ready.append(answered.pop(fed + len(ready)))
+                if ready:
+                    fed += state.feed(ready)
+                    if on_answer is not None:
+                        await on_answer()
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    return sent
 
 
 async def _run(
     client: OpenAIClient,
     questions: list[Item],
     shots: list[Item],
-    threshold: float,
-    max_questions: int,
-    chat: bool,
+    run: Gsm8kRun,
     progress: Callable[[str], Awaitable[None] | None] | None,
 ) -> CheckResult:
-    test = Sequential(threshold)
-    verdict = None
-    for item in questions[:max_questions]:
-        if chat:
-            message = await client.chat(f"{item.question}\nGive the final answer as a number.", max_tokens=512)
-            answer = last_integer(str(message.get("content") or ""))
-        else:
-            choice = await client.complete(few_shot_prompt(shots, item.question), max_tokens=256, stop=STOP)
-            answer = last_integer(str(choice.get("text") or ""))
-        test.add(answer == item.label)
+    name = "gsm8k-chat" if run.chat else "gsm8k"
+    state = Sprt(run.threshold, run.expected, run.max_questions).start()
+
+    async def report() -> None:
         if progress:
-            await _maybe(progress(f"gsm8k{'-chat' if chat else ''} {test.correct}/{test.asked}"))
-        verdict = test.decided()
-        if verdict is not None:
-            break
-    accuracy = test.correct / test.asked if test.asked else 0.0
-    low, high = wilson(test.correct, test.asked)
-    passed = verdict if verdict is not None else accuracy >= threshold
-    how = "decided early" if verdict is not None else f"all {test.asked} asked"
+            await _maybe(progress(f"{name} {state.correct}/{state.asked}"))
+
+    items = questions[: run.max_questions]
+    sent = await decide(_asker(client, shots, run.chat), items, state, run.concurrency, report)
+    passed = state.finish()
+    test = state.test
+    how = "decided early" if state.early else f"all {state.asked} asked"
     return CheckResult(
-        name="gsm8k-chat" if chat else "gsm8k",
+        name=name,
         passed=passed,
-        value=accuracy,
-        threshold=threshold,
-        detail=f"{test.correct}/{test.asked} correct, 99.9% CI [{low:.2f}, {high:.2f}], {how}",
+        value=state.correct / state.asked if state.asked else 0.0,
+        threshold=run.threshold,
+        detail=f"{state.correct}/{state.asked} correct, SPRT {test.p0:.2f} vs {test.p1:.2f} "
+        f"(alpha {test.alpha:g}, beta {test.beta:g}), {how}; {sent} sent, {run.concurrency} at a time",
     )
 
 

@@ -8,12 +8,13 @@ from dataclasses import dataclass, field
 from glm_operator.api.v1alpha1 import CanarySpec
 from glm_operator.canary import checks
 from glm_operator.canary.client import OpenAIClient
-from glm_operator.canary.gsm8k import run_gsm8k
+from glm_operator.canary.gsm8k import Gsm8kRun, run_gsm8k
 from glm_operator.canary.gsm8k_data import Item, generate
 from glm_operator.canary.results import SuiteResult
 
 SUITES = ("smoke", "gsm8k", "null-content", "copy", "spec-decode", "logprob")
 DEFAULT_GSM8K_THRESHOLD = 0.82  # vLLM CI's 0.90 for GLM-5.2-NVFP4 configs, minus its 0.08 margin
+DEFAULT_GSM8K_EXPECTED = 0.93  # GLM-5.x's own GSM8K level
 
 
 @dataclass
@@ -23,6 +24,7 @@ class SuiteInputs:
     shots: list[Item] = field(default_factory=lambda: generate(5, seed=2))
     speculative: bool = False
     gsm8k_threshold: float = DEFAULT_GSM8K_THRESHOLD
+    gsm8k_expected: float = DEFAULT_GSM8K_EXPECTED
     only: tuple[str, ...] = SUITES
 
 
@@ -45,11 +47,8 @@ async def run_suite(
     if cfg.gsm8k.enabled and "gsm8k" in inputs.only:
         await step("gsm8k")
         threshold = cfg.gsm8k.threshold if cfg.gsm8k.threshold is not None else inputs.gsm8k_threshold
-        result.checks.extend(
-            await run_gsm8k(
-                client, inputs.questions, inputs.shots, threshold, cfg.gsm8k.max_questions, cfg.gsm8k.chat, progress
-            )
-        )
+        run = Gsm8kRun(threshold, cfg.gsm8k.max_questions, inputs.gsm8k_expected, cfg.gsm8k.concurrency, cfg.gsm8k.chat)
+        result.checks.extend(await run_gsm8k(client, inputs.questions, inputs.shots, run, progress))
     if cfg.null_content.enabled and "null-content" in inputs.only:
         await step("null-content")
         result.checks.append(await checks.null_content(client, cfg.null_content.samples, cfg.null_content.max_rate))

@@ -33,6 +33,9 @@ class ModelInfo(BaseModel):
     bf16_modules: tuple[str, ...] = ()
     # GSM8K accuracy a healthy deployment reaches, less vLLM CI's 0.08 margin (0.90 - 0.08 for GLM-5.x).
     gsm8k_threshold: float = Field(default=0.82, ge=0, le=1, alias="gsm8kThreshold")
+    # GSM8K accuracy a healthy deployment of this model answers at: the canary's sequential test weighs the
+    # answers between this level and the threshold.
+    gsm8k_expected: float = Field(default=0.93, ge=0, le=1, alias="gsm8kExpected")
     aliases: tuple[str, ...] = ()
 
     def computes_topk(self, layer: int) -> bool:

@@ -47,7 +47,13 @@ def _table(result: SuiteResult) -> str:
 
 
 async def _canary(
-    url: str, suites: tuple[str, ...], gsm8k: str | None, output: str, model: str | None, max_questions: int
+    url: str,
+    suites: tuple[str, ...],
+    gsm8k: str | None,
+    output: str,
+    model: str | None,
+    max_questions: int,
+    concurrency: int,
 ) -> int:
     client = OpenAIClient(url, model=model)
     try:
@@ -60,6 +66,7 @@ async def _canary(
         questions, shots = load_gsm8k(gsm8k)
         config = CanarySpec()
         config.gsm8k.max_questions = max_questions
+        config.gsm8k.concurrency = concurrency
         inputs = SuiteInputs(
             config=config,
             questions=questions,
@@ -90,9 +97,15 @@ async def _canary(
 
 
 def canary(
-    url: str, suites: list[str] | None, gsm8k: str | None, output: str, model: str | None, max_questions: int
+    url: str,
+    suites: list[str] | None,
+    gsm8k: str | None,
+    output: str,
+    model: str | None,
+    max_questions: int,
+    concurrency: int = 64,
 ) -> int:
-    return asyncio.run(_canary(url, tuple(suites or SUITES), gsm8k, output, model, max_questions))
+    return asyncio.run(_canary(url, tuple(suites or SUITES), gsm8k, output, model, max_questions, concurrency))
 
 
 def sim(
@@ -108,6 +121,7 @@ def sim(
     vllm_version: str,
     patches: str,
     serve_args: list[str],
+    accuracy: float = 1.0,
 ) -> int:
     from glm_operator.sim.behaviour import Model
     from glm_operator.sim.faults import fault_of, parse_serve_args, startup_error
@@ -129,7 +143,7 @@ def sim(
     if fault == "auto":
         fault = "none"
     gold = parse_jsonl(Path(gsm8k).read_text()) if gsm8k else None
-    simulator = Simulator(Model(fault, gold), model, spec_tokens, latency_ms / 1000)
+    simulator = Simulator(Model(fault, gold, accuracy), model, spec_tokens, latency_ms / 1000)
     print(f"glmctl sim: {model} on {host}:{port}, fault {fault}, MTP tokens {spec_tokens}", file=sys.stderr, flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(simulator, host, port, load_seconds))

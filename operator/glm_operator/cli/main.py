@@ -54,7 +54,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _cmd_canary(args: argparse.Namespace) -> int:
-    return canary(args.url, args.suite, args.gsm8k, args.output, args.model, args.max_questions)
+    return canary(args.url, args.suite, args.gsm8k, args.output, args.model, args.max_questions, args.concurrency)
 
 
 def _cmd_sim(args: argparse.Namespace) -> int:
@@ -74,6 +74,7 @@ def _cmd_sim(args: argparse.Namespace) -> int:
         args.vllm_version,
         args.patches,
         serve_args,
+        args.accuracy,
     )
 
 
@@ -88,6 +89,20 @@ def _cmd_sim_fleet(args: argparse.Namespace) -> int:
 def _cmd_version(_: argparse.Namespace) -> int:
     print(f"glmctl {__version__}")
     return 0
+
+
+def _concurrency(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 256:
+        raise argparse.ArgumentTypeError(f"{value}: must be between 1 and 256")
+    return value
+
+
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be between 0 and 1")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     can.add_argument("--gsm8k", help="GSM8K test.jsonl (few-shot examples from train.jsonl beside it)")
     can.add_argument("--model", help="model name to request (default: the first of /v1/models)")
     can.add_argument("--max-questions", type=int, default=200, help="GSM8K questions at most")
+    can.add_argument(
+        "--concurrency", type=_concurrency, default=64, help="GSM8K questions in flight at once (1-256, default 64)"
+    )
     can.add_argument("-o", "--output", choices=["text", "json"], default="text")
     can.set_defaults(func=_cmd_canary)
 
@@ -168,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--model", default="zai-org/GLM-5.3", help="served model name (without serve args)")
     sm.add_argument("--spec-tokens", type=int, default=0, help="MTP tokens per step (without serve args)")
     sm.add_argument("--latency-ms", type=int, default=0, help="added latency per request")
+    sm.add_argument(
+        "--accuracy", type=_share, default=1.0, help="share of GSM8K questions a healthy model answers right (0-1)"
+    )
     sm.add_argument("--load-seconds", type=float, default=0.0, help="refuse connections this long, as while loading")
     sm.add_argument("--gpu", default="H200", help="accelerator type the pod runs on")
     sm.add_argument("--vllm-version", default="0.33.0", help="vLLM version of the image")

@@ -14,7 +14,7 @@ from glm_operator.api import GLMDeployment
 from glm_operator.api.conditions import now_rfc3339
 from glm_operator.canary.gsm8k_data import Item
 from glm_operator.canary.results import SuiteResult
-from glm_operator.canary.suite import DEFAULT_GSM8K_THRESHOLD, SuiteInputs
+from glm_operator.canary.suite import DEFAULT_GSM8K_EXPECTED, DEFAULT_GSM8K_THRESHOLD, SuiteInputs
 from glm_operator.catalog.bundle import Catalogs
 
 Decision = tuple[Literal["True", "False"], str, str]
@@ -75,12 +75,14 @@ def suite_inputs_for(body: dict[str, Any], catalogs: Catalogs, questions: list[I
     glmd = GLMDeployment.model_validate(body)
     lookup = catalogs.models.lookup(glmd.spec.model.name)
     threshold = lookup.model.gsm8k_threshold if lookup else DEFAULT_GSM8K_THRESHOLD
+    expected = lookup.model.gsm8k_expected if lookup else DEFAULT_GSM8K_EXPECTED
     return SuiteInputs(
         config=glmd.spec.canary,
         questions=questions,
         shots=shots,
         speculative=glmd.spec.engine.speculative is not None,
         gsm8k_threshold=threshold,
+        gsm8k_expected=expected,
     )
 
 

@@ -192,7 +192,8 @@ async def serve(sim: Simulator, host: str, port: int, load_seconds: float = 0.0)
     await asyncio.sleep(load_seconds)
     runner = web.AppRunner(sim.app(), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    # A canary wave opens up to 256 connections at once; aiohttp's default backlog of 128 would drop some.
+    site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024)
     await site.start()
     try:
         await asyncio.Event().wait()
