@@ -191,7 +191,7 @@ def test_every_bound_of_the_schema_is_enforced_offline(path: str, value: Any, wo
 def test_an_unknown_field_names_the_fields_that_exist_there() -> None:
     (m,) = refusals(with_field("spec.canary.gsm8k.maxQuestion", 5))
     assert m["path"] == "spec.canary.gsm8k.maxQuestion"
-    assert m["fix"] == "Fields here: chat, enabled, maxQuestions, source, threshold"
+    assert m["fix"] == "Fields here: chat, concurrency, enabled, maxQuestions, source, threshold"
 
 
 def test_the_old_generated_spelling_gsm8K_is_refused_with_the_right_one() -> None:
