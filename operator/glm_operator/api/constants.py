@@ -50,8 +50,16 @@ class ConditionType(StrEnum):
 
 
 class Reason(StrEnum):
-    """Reasons the reconcile planner writes (rules, readiness and image builds name their own)."""
+    """Reasons of the GLMDeployment's conditions and of the canary gate (image builds name theirs in render/)."""
 
+    RULES_PASSED = "RulesPassed"
+    RULES_FAILED = "RulesFailed"
+    SCALED_TO_ZERO = "ScaledToZero"
+    ALL_REPLICAS_READY = "AllReplicasReady"
+    PARTIALLY_READY = "PartiallyReady"
+    NO_REPLICA_READY = "NoReplicaReady"
+    CANARY_PASSED = "CanaryPassed"
+    CANARY_FAILED = "CanaryFailed"
     BLOCKED = "Blocked"
     APPLIED = "Applied"
     APPLY_FAILED = "ApplyFailed"

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from glm_operator.api import GLMDeployment
 from glm_operator.api.conditions import now_rfc3339
+from glm_operator.api.constants import Reason
 from glm_operator.canary.gsm8k_data import Item
 from glm_operator.canary.results import SuiteResult
 from glm_operator.canary.suite import DEFAULT_GSM8K_EXPECTED, DEFAULT_GSM8K_THRESHOLD, SuiteInputs
@@ -47,13 +48,13 @@ class GateState:
         if result.passed:
             self.failures = 0
             self.gate = "True"
-            return "True", "CanaryPassed", f"all {len(result.checks)} checks passed"
+            return "True", Reason.CANARY_PASSED, f"all {len(result.checks)} checks passed"
         self.failures += 1
         if self.gate == "True" and self.failures < failures_to_unready:
             return None
         self.gate = "False"
         failed = result.failed()
-        return "False", "CanaryFailed", "; ".join(c.summary() for c in failed)
+        return "False", Reason.CANARY_FAILED, "; ".join(c.summary() for c in failed)
 
     def next_delay(self, result: SuiteResult, recheck_seconds: int) -> float:
         if result.passed:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from glm_operator.api.constants import Reason
+
 
 @dataclass(frozen=True)
 class Readiness:
@@ -15,12 +17,12 @@ class Readiness:
     def condition(self, wanted: int) -> tuple[Literal["True", "False"], str, str]:
         """(status, reason, message) of the Ready condition."""
         if wanted == 0:
-            return "True", "ScaledToZero", "no replicas requested"
+            return "True", Reason.SCALED_TO_ZERO, "no replicas requested"
         if self.ready >= wanted:
-            return "True", "AllReplicasReady", f"{self.ready}/{wanted} replicas passed their canaries and serve"
+            return "True", Reason.ALL_REPLICAS_READY, f"{self.ready}/{wanted} replicas passed their canaries and serve"
         if self.ready > 0:
-            return "False", "PartiallyReady", f"{self.ready}/{wanted} replicas serve"
-        return "False", "NoReplicaReady", f"0/{wanted} replicas serve (loading, or canaries not passed)"
+            return "False", Reason.PARTIALLY_READY, f"{self.ready}/{wanted} replicas serve"
+        return "False", Reason.NO_REPLICA_READY, f"0/{wanted} replicas serve (loading, or canaries not passed)"
 
 
 def readiness(workloads: list[dict[str, Any]]) -> Readiness:

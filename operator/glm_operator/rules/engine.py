@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from glm_operator.api import GLMDeployment, GLMDeploymentSpec, structural
+from glm_operator.api.constants import Reason
 from glm_operator.rules.context import Catalogs, resolve
 from glm_operator.rules.feasibility import FEASIBILITY_CHECKS
 from glm_operator.rules.findings import Change, Finding
@@ -201,11 +202,11 @@ def validated_condition(obj: dict[str, Any], catalogs: Catalogs | None = None) -
     except ValidationError:
         spec = None
     if not result.allowed:
-        return Verdict("False", "RulesFailed", result.rejection(), records, spec)
+        return Verdict("False", Reason.RULES_FAILED, result.rejection(), records, spec)
     warnings = [f.message for f in result.findings if f.severity == "warning"]
     parts = [f"{len(records)} setting(s) repaired by admission" if records else "no repairs needed"]
     parts += [f"warning: {w}" for w in warnings]
-    return Verdict("True", "RulesPassed", "; ".join(parts), records, spec)
+    return Verdict("True", Reason.RULES_PASSED, "; ".join(parts), records, spec)
 
 
 def _records(obj: dict[str, Any]) -> list[dict[str, Any]]:
