@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -391,3 +393,52 @@ def test_glmctl_sim_stops_with_the_error_read_from_its_own_environment(
     code = sim("127.0.0.1", _free_port(), "auto", None, "m", 0, 0, 0.0, "B300", "0.33.0", MXFP4_PATCH, serve_args)
     assert code == 1
     assert "--all2all-backend: nixl_ep" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("endpoint", [("none", 0)], indirect=True)
+@pytest.mark.parametrize(
+    "suite, reason",
+    [
+        ("spec-decode", "no vllm:spec_decode_* counters (speculative decoding is off)"),
+        ("logprob", "no reference mean NLL"),
+    ],
+)
+async def test_a_suite_asked_for_by_name_that_cannot_run_is_a_failed_check_with_the_reason(
+    endpoint: tuple[OpenAIClient, int], suite: str, reason: str
+) -> None:
+    client, _ = endpoint
+    config = CanarySpec()
+    config.logprob.enabled = True
+    asked = await run_suite(client, SuiteInputs(config=config, only=("smoke", suite), asked=("smoke", suite)))
+    assert [(c.name, c.passed) for c in asked.checks] == [(suite, False), ("smoke", True)]
+    assert reason in asked.checks[0].detail and not asked.passed
+    everything = await run_suite(client, SuiteInputs(config=config, only=("smoke", suite)))
+    assert [c.name for c in everything.checks] == ["smoke"] and everything.passed
+
+
+def test_glmctl_sim_with_the_mtp_zero_fault_serves_speculative_decoding_that_accepts_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from glm_operator.cli.canary_cmd import canary
+
+    port = _free_port()
+    args = [sys.executable, "-m", "glm_operator.cli.main", "sim", "--fault", "mtp-zero", "--port", str(port)]
+    server = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        code = canary(f"http://127.0.0.1:{port}", ["smoke", "spec-decode"], None, "json", None, 10)
+    finally:
+        server.terminate()
+        server.wait(10)
+    assert code == 1
+    spec = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}["spec-decode"]
+    assert not spec["passed"] and re.match(r"0/[1-9]\d* draft tokens accepted", spec["detail"]), spec

@@ -47,7 +47,14 @@ def _table(result: SuiteResult) -> str:
 
 
 async def _canary(
-    url: str, suites: tuple[str, ...], gsm8k: str | None, output: str, model: str | None, max_questions: int
+    url: str,
+    suites: tuple[str, ...],
+    asked: tuple[str, ...],
+    gsm8k: str | None,
+    output: str,
+    model: str | None,
+    max_questions: int,
+    logprob_reference: float | None,
 ) -> int:
     client = OpenAIClient(url, model=model)
     try:
@@ -60,11 +67,15 @@ async def _canary(
         questions, shots = load_gsm8k(gsm8k)
         config = CanarySpec()
         config.gsm8k.max_questions = max_questions
+        config.logprob.reference = logprob_reference
+        # Off by default in a GLMDeployment (it needs a per-model reference); asked for here, it runs.
+        config.logprob.enabled = logprob_reference is not None or "logprob" in asked
         inputs = SuiteInputs(
             config=config,
             questions=questions,
             shots=shots,
             only=suites,
+            asked=asked,
             speculative="vllm:spec_decode_num_draft_tokens_total" in metrics,
         )
         tty = sys.stderr.isatty()
@@ -90,9 +101,16 @@ async def _canary(
 
 
 def canary(
-    url: str, suites: list[str] | None, gsm8k: str | None, output: str, model: str | None, max_questions: int
+    url: str,
+    suites: list[str] | None,
+    gsm8k: str | None,
+    output: str,
+    model: str | None,
+    max_questions: int,
+    logprob_reference: float | None = None,
 ) -> int:
-    return asyncio.run(_canary(url, tuple(suites or SUITES), gsm8k, output, model, max_questions))
+    asked = tuple(suites or ())
+    return asyncio.run(_canary(url, asked or SUITES, asked, gsm8k, output, model, max_questions, logprob_reference))
 
 
 def sim(
@@ -128,6 +146,9 @@ def sim(
             fault = fault_of(launch)
     if fault == "auto":
         fault = "none"
+    if fault == "mtp-zero" and spec_tokens == 0:
+        # The signature is zero acceptance of draft tokens: without speculative decoding there are none to count.
+        spec_tokens = 1
     gold = parse_jsonl(Path(gsm8k).read_text()) if gsm8k else None
     simulator = Simulator(Model(fault, gold), model, spec_tokens, latency_ms / 1000)
     print(f"glmctl sim: {model} on {host}:{port}, fault {fault}, MTP tokens {spec_tokens}", file=sys.stderr, flush=True)

@@ -53,7 +53,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _cmd_canary(args: argparse.Namespace) -> int:
-    return canary(args.url, args.suite, args.gsm8k, args.output, args.model, args.max_questions)
+    return canary(args.url, args.suite, args.gsm8k, args.output, args.model, args.max_questions, args.logprob_reference)
 
 
 def _cmd_sim(args: argparse.Namespace) -> int:
@@ -147,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
     can.add_argument("--gsm8k", help="GSM8K test.jsonl (few-shot examples from train.jsonl beside it)")
     can.add_argument("--model", help="model name to request (default: the first of /v1/models)")
     can.add_argument("--max-questions", type=int, default=200, help="GSM8K questions at most")
+    can.add_argument(
+        "--logprob-reference",
+        type=float,
+        help="reference mean NLL per token of this model for the logprob suite (off without it, unless asked for)",
+    )
     can.add_argument("-o", "--output", choices=["text", "json"], default="text")
     can.set_defaults(func=_cmd_canary)
 
@@ -161,7 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--fault", choices=["auto", *FAULTS], default="auto")
     sm.add_argument("--gsm8k", help="GSM8K JSONL whose gold answers a healthy model gives")
     sm.add_argument("--model", default="zai-org/GLM-5.3", help="served model name (without serve args)")
-    sm.add_argument("--spec-tokens", type=int, default=0, help="MTP tokens per step (without serve args)")
+    sm.add_argument(
+        "--spec-tokens", type=int, default=0, help="MTP tokens per step (without serve args; 1 with --fault mtp-zero)"
+    )
     sm.add_argument("--latency-ms", type=int, default=0, help="added latency per request")
     sm.add_argument("--load-seconds", type=float, default=0.0, help="refuse connections this long, as while loading")
     sm.add_argument("--gpu", default="H200", help="accelerator type the pod runs on")
