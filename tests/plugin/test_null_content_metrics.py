@@ -32,9 +32,9 @@ def test_every_target_exists_in_every_proven_version(vllm_version: str) -> None:
 @pytest.mark.parametrize("version", PROVEN_VERSIONS)
 @pytest.mark.parametrize(
     ("platform", "env", "applies"),
-    [("cuda", {}, True), ("rocm", {}, True), ("cpu", {}, False), ("cuda", {nc.INFO.env_switch: "off"}, False)],
+    [("cuda", {}, True), ("rocm", {}, True), ("cpu", {}, True), ("cuda", {nc.INFO.env_switch: "off"}, False)],
 )
-def test_guard_applies_on_cuda_and_rocm_in_every_version(
+def test_guard_applies_on_every_platform_in_every_version_unless_switched_off(
     version: str, platform: str, env: dict[str, str], applies: bool
 ) -> None:
     assert nc.PATCH.decide(Context(Version.parse(version), platform, env)).apply is applies
