@@ -19,7 +19,7 @@ from typing import Any
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 SPECIALS = ["<|endoftext|>", "<|user|>", "<|assistant|>", "<|system|>", THINK_OPEN, THINK_CLOSE]
 VOCAB = 1024
-HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE = 64, 2, 4, 2, 128
+HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE = 128, 2, 2, 1, 256  # head_dim 64: vLLM CPU attention takes no 16
 MAX_LEN = 8192
 SEED = 20261130
 # GLM-5.x's template shape: role markers, and the assistant turn starts inside a reasoning block.
