@@ -442,3 +442,29 @@ def test_glmctl_sim_with_the_mtp_zero_fault_serves_speculative_decoding_that_acc
     assert code == 1
     spec = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}["spec-decode"]
     assert not spec["passed"] and re.match(r"0/[1-9]\d* draft tokens accepted", spec["detail"]), spec
+
+
+@pytest.mark.parametrize(
+    "body, status, param",
+    [
+        ({"model": "other", "messages": [{"role": "user", "content": "hi"}]}, 404, "model"),
+        ({"model": "zai-org/GLM-5.3"}, 400, "body.messages"),
+        ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, 400, "max_tokens"),
+        (b"not json", 400, "body.0"),
+    ],
+    ids=["unknown model", "no messages", "max_tokens 0", "not json"],
+)
+async def test_the_simulator_refuses_bad_requests_as_vllm_does(body: object, status: int, param: str) -> None:
+    import httpx
+
+    client, task = await _started("none")
+    try:
+        kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
+        async with httpx.AsyncClient(base_url=client.base_url) as http:
+            response = await http.post("/v1/chat/completions", **kwargs)  # type: ignore[arg-type]
+        error = response.json()["error"]
+        assert (response.status_code, error["code"], error["param"]) == (status, status, param)
+        assert set(error) == {"message", "type", "param", "code"}
+    finally:
+        await client.close()
+        task.cancel()

@@ -150,7 +150,8 @@ def sim(
         # The signature is zero acceptance of draft tokens: without speculative decoding there are none to count.
         spec_tokens = 1
     gold = parse_jsonl(Path(gsm8k).read_text()) if gsm8k else None
-    simulator = Simulator(Model(fault, gold), model, spec_tokens, latency_ms / 1000)
+    null_counter = "null-content-metrics" in patches.split(",")
+    simulator = Simulator(Model(fault, gold), model, spec_tokens, latency_ms / 1000, null_counter)
     print(f"glmctl sim: {model} on {host}:{port}, fault {fault}, MTP tokens {spec_tokens}", file=sys.stderr, flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(simulator, host, port, load_seconds))
