@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
 from collections import defaultdict
 
 import httpx
@@ -59,3 +62,41 @@ def test_the_null_content_counter_counts_real_answers_streamed_or_not(real_vllm:
         frames = [line for line in r.iter_lines() if line.startswith("data:")]
     assert frames[-1] == "data: [DONE]"
     assert _counters(real_vllm.url) == (completions + 2, nulls + 2)
+
+
+WRAPPED = """
+import json
+from vllm.plugins import load_general_plugins
+load_general_plugins()
+from glmops_vllm_patches import plugin
+from glmops_vllm_patches.base import Context, PatchTargetMissing, marked, resolve
+from glmops_vllm_patches.registry import PATCHES
+ctx, report = plugin.current_context(), {}
+for patch in PATCHES:
+    wrapped = []
+    # A patch names its targets per platform it applies to; look at all of them.
+    targets = {t for p in patch.info.platforms for t in patch.targets(Context(ctx.version, p, ctx.env))}
+    for target in sorted(targets, key=str):
+        try:
+            if marked(resolve(target), patch.info.name):
+                wrapped.append(str(target))
+        except PatchTargetMissing:
+            pass  # not in this build: nothing there to change
+    report[patch.info.name] = {"applied": plugin.outcomes()[patch.info.name].applied, "wrapped": wrapped}
+print("@@" + json.dumps(report))
+"""
+
+
+def test_patches_skipped_on_this_platform_wrap_nothing_in_vllm(real_vllm: RealServer) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([real_vllm.python, "-c", WRAPPED], capture_output=True, text=True, timeout=600, env=env)
+    assert "@@" in out.stdout, out.stderr[-3000:]
+    report = json.loads(out.stdout.rsplit("@@", 1)[1])
+    assert report.pop("null-content-metrics") == {
+        "applied": True,
+        "wrapped": [
+            "vllm.entrypoints.openai.chat_completion.serving::OpenAIServingChat.__init__",
+            "vllm.entrypoints.openai.chat_completion.serving::OpenAIServingChat.create_chat_completion",
+        ],
+    }
+    assert report == {name: {"applied": False, "wrapped": []} for name in report} and len(report) == 3
