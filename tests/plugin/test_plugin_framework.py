@@ -197,4 +197,5 @@ def test_registry_ranges_are_the_ones_the_operator_image_catalog_promises() -> N
     for p in PATCHES:
         entry = promised[p.info.name]
         assert (p.info.affected.first, p.info.affected.until) == (entry["from"], entry["until"]), p.info.name
-        assert set(p.info.platforms) == set(entry["platforms"]), p.info.name
+        # The catalog lists the platforms glmops builds images for; a patch may also run elsewhere (cpu).
+        assert set(p.info.platforms) & {"cuda", "rocm"} == set(entry["platforms"]), p.info.name

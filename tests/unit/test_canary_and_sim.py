@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -391,3 +393,78 @@ def test_a_simulated_model_answers_exactly_its_accuracy_share_of_the_gold_questi
     model = Model("none", items, accuracy)
     answers = [last_integer(model.completion(f"Question: {item.question}\nAnswer:")) for item in items]
     assert sum(a == item.label for a, item in zip(answers, items, strict=True)) == right
+
+
+@pytest.mark.parametrize("endpoint", [("none", 0)], indirect=True)
+@pytest.mark.parametrize(
+    "suite, reason",
+    [
+        ("spec-decode", "no vllm:spec_decode_* counters (speculative decoding is off)"),
+        ("logprob", "no reference mean NLL"),
+    ],
+)
+async def test_a_suite_asked_for_by_name_that_cannot_run_is_a_failed_check_with_the_reason(
+    endpoint: tuple[OpenAIClient, int], suite: str, reason: str
+) -> None:
+    client, _ = endpoint
+    config = CanarySpec()
+    config.logprob.enabled = True
+    asked = await run_suite(client, SuiteInputs(config=config, only=("smoke", suite), asked=("smoke", suite)))
+    assert [(c.name, c.passed) for c in asked.checks] == [(suite, False), ("smoke", True)]
+    assert reason in asked.checks[0].detail and not asked.passed
+    everything = await run_suite(client, SuiteInputs(config=config, only=("smoke", suite)))
+    assert [c.name for c in everything.checks] == ["smoke"] and everything.passed
+
+
+def test_glmctl_sim_with_the_mtp_zero_fault_serves_speculative_decoding_that_accepts_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from glm_operator.cli.canary_cmd import canary
+
+    port = _free_port()
+    args = [sys.executable, "-m", "glm_operator.cli.main", "sim", "--fault", "mtp-zero", "--port", str(port)]
+    server = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        code = canary(f"http://127.0.0.1:{port}", ["smoke", "spec-decode"], None, "json", None, 10)
+    finally:
+        server.terminate()
+        server.wait(10)
+    assert code == 1
+    spec = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}["spec-decode"]
+    assert not spec["passed"] and re.match(r"0/[1-9]\d* draft tokens accepted", spec["detail"]), spec
+
+
+@pytest.mark.parametrize(
+    "body, status, param",
+    [
+        ({"model": "other", "messages": [{"role": "user", "content": "hi"}]}, 404, "model"),
+        ({"model": "zai-org/GLM-5.3"}, 400, "body.messages"),
+        ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, 400, "max_tokens"),
+        (b"not json", 400, "body.0"),
+    ],
+    ids=["unknown model", "no messages", "max_tokens 0", "not json"],
+)
+async def test_the_simulator_refuses_bad_requests_as_vllm_does(body: object, status: int, param: str) -> None:
+    import httpx
+
+    client, task = await _started("none")
+    try:
+        kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
+        async with httpx.AsyncClient(base_url=client.base_url) as http:
+            response = await http.post("/v1/chat/completions", **kwargs)  # type: ignore[arg-type]
+        error = response.json()["error"]
+        assert (response.status_code, error["code"], error["param"]) == (status, status, param)
+        assert set(error) == {"message", "type", "param", "code"}
+    finally:
+        await client.close()
+        task.cancel()

@@ -10,7 +10,7 @@ from glm_operator.canary import checks
 from glm_operator.canary.client import OpenAIClient
 from glm_operator.canary.gsm8k import Gsm8kRun, run_gsm8k
 from glm_operator.canary.gsm8k_data import Item, generate
-from glm_operator.canary.results import SuiteResult
+from glm_operator.canary.results import CheckResult, SuiteResult
 
 SUITES = ("smoke", "gsm8k", "null-content", "copy", "spec-decode", "logprob")
 DEFAULT_GSM8K_THRESHOLD = 0.82  # vLLM CI's 0.90 for GLM-5.2-NVFP4 configs, minus its 0.08 margin
@@ -26,6 +26,8 @@ class SuiteInputs:
     gsm8k_threshold: float = DEFAULT_GSM8K_THRESHOLD
     gsm8k_expected: float = DEFAULT_GSM8K_EXPECTED
     only: tuple[str, ...] = SUITES
+    # Suites a person asked for by name: one that cannot run is a failed check saying why, never dropped.
+    asked: tuple[str, ...] = ()
 
 
 async def run_suite(
@@ -33,6 +35,9 @@ async def run_suite(
 ) -> SuiteResult:
     cfg, result = inputs.config, SuiteResult()
     spec_on = inputs.speculative and cfg.spec_decode.enabled and "spec-decode" in inputs.only
+    for name, reason in _cannot_run(inputs).items():
+        if name in inputs.asked:
+            result.checks.append(CheckResult(name, False, None, None, f"asked for by name but cannot run: {reason}"))
     before = checks.spec_counters(await client.metrics()) if spec_on else {}
 
     async def step(name: str) -> None:
@@ -63,3 +68,27 @@ async def run_suite(
         after = checks.spec_counters(await client.metrics())
         result.checks.append(checks.acceptance(before, after, cfg.spec_decode.min_acceptance))
     return result
+
+
+def _cannot_run(inputs: SuiteInputs) -> dict[str, str]:
+    """Each suite that this configuration and server leave out, with the reason."""
+    cfg = inputs.config
+    reasons = {
+        name: "turned off in the canary configuration"
+        for name, check in (
+            ("smoke", cfg.smoke),
+            ("gsm8k", cfg.gsm8k),
+            ("null-content", cfg.null_content),
+            ("copy", cfg.copy_fidelity),
+            ("spec-decode", cfg.spec_decode),
+            ("logprob", cfg.logprob),
+        )
+        if not check.enabled
+    }
+    if cfg.logprob.enabled and cfg.logprob.reference is None:
+        reasons["logprob"] = "no reference mean NLL for this model (spec.canary.logprob.reference)"
+    if not inputs.speculative:
+        reasons.setdefault(
+            "spec-decode", "the server exports no vllm:spec_decode_* counters (speculative decoding is off)"
+        )
+    return reasons

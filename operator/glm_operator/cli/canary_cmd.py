@@ -49,11 +49,13 @@ def _table(result: SuiteResult) -> str:
 async def _canary(
     url: str,
     suites: tuple[str, ...],
+    asked: tuple[str, ...],
     gsm8k: str | None,
     output: str,
     model: str | None,
     max_questions: int,
     concurrency: int,
+    logprob_reference: float | None,
 ) -> int:
     client = OpenAIClient(url, model=model)
     try:
@@ -67,11 +69,15 @@ async def _canary(
         config = CanarySpec()
         config.gsm8k.max_questions = max_questions
         config.gsm8k.concurrency = concurrency
+        config.logprob.reference = logprob_reference
+        # Off by default in a GLMDeployment (it needs a per-model reference); asked for here, it runs.
+        config.logprob.enabled = logprob_reference is not None or "logprob" in asked
         inputs = SuiteInputs(
             config=config,
             questions=questions,
             shots=shots,
             only=suites,
+            asked=asked,
             speculative="vllm:spec_decode_num_draft_tokens_total" in metrics,
         )
         tty = sys.stderr.isatty()
@@ -104,8 +110,12 @@ def canary(
     model: str | None,
     max_questions: int,
     concurrency: int = 64,
+    logprob_reference: float | None = None,
 ) -> int:
-    return asyncio.run(_canary(url, tuple(suites or SUITES), gsm8k, output, model, max_questions, concurrency))
+    asked = tuple(suites or ())
+    return asyncio.run(
+        _canary(url, asked or SUITES, asked, gsm8k, output, model, max_questions, concurrency, logprob_reference)
+    )
 
 
 def sim(
@@ -142,8 +152,12 @@ def sim(
             fault = fault_of(launch)
     if fault == "auto":
         fault = "none"
+    if fault == "mtp-zero" and spec_tokens == 0:
+        # The signature is zero acceptance of draft tokens: without speculative decoding there are none to count.
+        spec_tokens = 1
     gold = parse_jsonl(Path(gsm8k).read_text()) if gsm8k else None
-    simulator = Simulator(Model(fault, gold, accuracy), model, spec_tokens, latency_ms / 1000)
+    null_counter = "null-content-metrics" in patches.split(",")
+    simulator = Simulator(Model(fault, gold, accuracy), model, spec_tokens, latency_ms / 1000, null_counter)
     print(f"glmctl sim: {model} on {host}:{port}, fault {fault}, MTP tokens {spec_tokens}", file=sys.stderr, flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(simulator, host, port, load_seconds))

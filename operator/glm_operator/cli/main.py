@@ -54,7 +54,16 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _cmd_canary(args: argparse.Namespace) -> int:
-    return canary(args.url, args.suite, args.gsm8k, args.output, args.model, args.max_questions, args.concurrency)
+    return canary(
+        args.url,
+        args.suite,
+        args.gsm8k,
+        args.output,
+        args.model,
+        args.max_questions,
+        args.concurrency,
+        args.logprob_reference,
+    )
 
 
 def _cmd_sim(args: argparse.Namespace) -> int:
@@ -170,6 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
     can.add_argument(
         "--concurrency", type=_concurrency, default=64, help="GSM8K questions in flight at once (1-256, default 64)"
     )
+    can.add_argument(
+        "--logprob-reference",
+        type=float,
+        help="reference mean NLL per token of this model for the logprob suite (off without it, unless asked for)",
+    )
     can.add_argument("-o", "--output", choices=["text", "json"], default="text")
     can.set_defaults(func=_cmd_canary)
 
@@ -184,7 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--fault", choices=["auto", *FAULTS], default="auto")
     sm.add_argument("--gsm8k", help="GSM8K JSONL whose gold answers a healthy model gives")
     sm.add_argument("--model", default="zai-org/GLM-5.3", help="served model name (without serve args)")
-    sm.add_argument("--spec-tokens", type=int, default=0, help="MTP tokens per step (without serve args)")
+    sm.add_argument(
+        "--spec-tokens", type=int, default=0, help="MTP tokens per step (without serve args; 1 with --fault mtp-zero)"
+    )
     sm.add_argument("--latency-ms", type=int, default=0, help="added latency per request")
     sm.add_argument(
         "--accuracy", type=_share, default=1.0, help="share of GSM8K questions a healthy model answers right (0-1)"

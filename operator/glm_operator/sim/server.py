@@ -18,11 +18,12 @@ VERSION = "0.33.0"
 class Metrics:
     """vLLM's metric names and types (labels model_name, engine), on a registry of our own."""
 
-    def __init__(self, model_name: str, speculative: bool) -> None:
+    def __init__(self, model_name: str, speculative: bool, null_counter: bool = False) -> None:
         self.registry = CollectorRegistry()
         labels = ["model_name", "engine"]
         self.labels = {"model_name": model_name, "engine": "0"}
         self.running = Gauge("vllm:num_requests_running", "Requests running.", labels, registry=self.registry)
+        self.running.labels(**self.labels).set(0)  # vLLM exports it from the start, labelled
         self.prompt = Counter("vllm:prompt_tokens", "Prompt tokens.", labels, registry=self.registry)
         self.generation = Counter("vllm:generation_tokens", "Generated tokens.", labels, registry=self.registry)
         self.success = Counter(
@@ -39,15 +40,98 @@ class Metrics:
             [*labels, "position"],
             registry=spec,
         )
+        # The glmops plugin's null-content-metrics patch (label model_name only), in patched images.
+        plugin = self.registry if null_counter else CollectorRegistry()
+        self.chats = Counter(
+            "glmops:chat_completions", "Finished chat completion choices.", ["model_name"], registry=plugin
+        )
+        self.nulls = Counter(
+            "glmops:chat_null_content",
+            "Chat choices with empty content and reasoning.",
+            ["model_name"],
+            registry=plugin,
+        )
+        self.chats.labels(model_name)
+        self.nulls.labels(model_name)
+
+
+# vLLM lists one permission object per model (its fields and types; the values are vLLM's defaults).
+_PERMISSION = {
+    "id": "modelperm-glmops-sim",
+    "object": "model_permission",
+    "created": 0,
+    "allow_create_engine": False,
+    "allow_sampling": True,
+    "allow_logprobs": True,
+    "allow_search_indices": False,
+    "allow_view": True,
+    "allow_fine_tuning": False,
+    "organization": "*",
+    "group": None,
+    "is_blocking": False,
+}
+
+
+# Fields vLLM 0.32.0 sends that glmops never reads, with their types (tests/realvllm holds the simulator to them).
+_CHOICE_EXTRAS: dict[str, Any] = {"token_ids": None, "routed_experts": None}
+_RESPONSE_EXTRAS: dict[str, Any] = {
+    "service_tier": None,
+    "system_fingerprint": f"vllm-{VERSION}-glmops-sim",
+    "kv_transfer_params": None,
+    "ec_transfer_params": None,
+    "metrics": None,
+}
+
+
+def _echo_logprobs(prompt: str, logprobs: list[float | None]) -> dict[str, Any]:
+    """echo with logprobs=0: the prompt's tokens, each with its logprob (the first has none), and one generated."""
+    tokens, offsets, at = prompt.split(), [], 0
+    for token in tokens:
+        at = prompt.index(token, at)
+        offsets.append(at)
+        at += len(token)
+    values = [*logprobs, -1.0]
+    return {
+        "logprobs": {
+            "text_offset": [*offsets, len(prompt)],
+            "token_logprobs": values,
+            "tokens": [*tokens, "."],
+            "top_logprobs": [None] + [{t: v} for t, v in zip([*tokens, "."][1:], values[1:], strict=True)],
+        },
+        "prompt_logprobs": [None]
+        + [
+            {str(i): {"logprob": v, "rank": 1, "decoded_token": t}}
+            for i, (t, v) in enumerate(zip(tokens[1:], logprobs[1:], strict=True))
+        ],
+    }
+
+
+class BadRequest(Exception):
+    """A request vLLM refuses: the status and the fields of vLLM's error body."""
+
+    def __init__(self, status: int, message: str, kind: str, param: str | None) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.param = status, kind, param
+
+    def response(self) -> web.Response:
+        error = {"message": str(self), "type": self.kind, "param": self.param, "code": self.status}
+        return web.json_response({"error": error}, status=self.status)
 
 
 class Simulator:
-    def __init__(self, model: Model, served_name: str, spec_tokens: int = 0, latency_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        model: Model,
+        served_name: str,
+        spec_tokens: int = 0,
+        latency_s: float = 0.0,
+        null_counter: bool = False,
+    ) -> None:
         self.model = model
         self.served_name = served_name
         self.spec_tokens = spec_tokens
         self.latency_s = latency_s
-        self.metrics = Metrics(served_name, speculative=spec_tokens > 0)
+        self.metrics = Metrics(served_name, speculative=spec_tokens > 0, null_counter=null_counter)
 
     def _account(self, prompt: str, output: str) -> dict[str, int]:
         m, labels = self.metrics, self.metrics.labels
@@ -92,7 +176,7 @@ class Simulator:
                         "root": self.served_name,
                         "parent": None,
                         "max_model_len": 1048576,
-                        "permission": [],
+                        "permission": [_PERMISSION],
                     }
                 ],
             }
@@ -104,13 +188,39 @@ class Simulator:
     async def prometheus(self, _: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.metrics.registry), content_type="text/plain", charset="utf-8")
 
+    async def _body(self, request: web.Request, required: str) -> dict[str, Any]:
+        """The request body, refused as vLLM refuses it (checked against vLLM 0.32.0 by tests/realvllm)."""
+        try:
+            body = await request.json()
+        except ValueError:
+            raise BadRequest(400, "1 validation error: JSON decode error", "Bad Request", "body.0") from None
+        if not isinstance(body, dict) or required not in body:
+            raise BadRequest(
+                400, f"1 validation error: body.{required}: Field required", "Bad Request", f"body.{required}"
+            )
+        model = body.get("model")
+        if model is not None and model != self.served_name:
+            message = f"The model `{model}` does not exist. Valid aliases: {self.served_name}."
+            raise BadRequest(404, message, "NotFoundError", "model")
+        max_tokens = body.get("max_tokens")
+        if isinstance(max_tokens, int) and max_tokens < 1:
+            message = f"max_tokens must be at least 1, got {max_tokens}. (parameter=max_tokens, value={max_tokens})"
+            raise BadRequest(400, message, "BadRequestError", "max_tokens")
+        return dict(body)
+
     async def chat(self, request: web.Request) -> web.Response:
-        body = await request.json()
+        try:
+            body = await self._body(request, "messages")
+        except BadRequest as err:
+            return err.response()
         messages = body.get("messages") or []
         prompt = str(messages[-1].get("content", "")) if messages else ""
         await self._delay()
         content, reasoning = self.model.chat(prompt)
-        usage = self._account(prompt, f"{content or ''} {reasoning}")
+        counts = self._account(prompt, f"{content or ''} {reasoning}")
+        self.metrics.chats.labels(self.served_name).inc()
+        if not (content or "").strip() and reasoning.strip():
+            self.metrics.nulls.labels(self.served_name).inc()
         message: dict[str, Any] = {
             "role": "assistant",
             "content": content,
@@ -120,21 +230,32 @@ class Simulator:
             "function_call": None,
             "reasoning": reasoning,
         }
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": "stop", "stop_reason": None}
+        usage: dict[str, Any] = {
+            **counts,
+            "prompt_tokens_details": None,
+            "completion_tokens_details": {"reasoning_tokens": len(reasoning.split())},
+        }
         return web.json_response(
             {
                 "id": f"chatcmpl-{uuid.uuid4().hex}",
                 "object": "chat.completion",
                 "created": int(time.time()),
                 "model": self.served_name,
-                "choices": [
-                    {"index": 0, "message": message, "logprobs": None, "finish_reason": "stop", "stop_reason": None}
-                ],
+                "choices": [choice | _CHOICE_EXTRAS],
                 "usage": usage,
+                **_RESPONSE_EXTRAS,
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "prompt_text": None,
             }
         )
 
     async def completions(self, request: web.Request) -> web.Response:
-        body = await request.json()
+        try:
+            body = await self._body(request, "prompt")
+        except BadRequest as err:
+            return err.response()
         prompt = str(body.get("prompt", ""))
         await self._delay()
         text = self.model.completion(prompt)
@@ -146,19 +267,19 @@ class Simulator:
             "logprobs": None,
             "finish_reason": "stop",
             "stop_reason": None,
+            **_CHOICE_EXTRAS,
+            "prompt_logprobs": None,
+            "prompt_token_ids": None,
         }
         if body.get("echo"):
             choice["text"] = prompt + text
             if body.get("logprobs") is not None:
-                lps = self.model.prompt_logprobs(prompt)
-                tokens = prompt.split()
-                choice["logprobs"] = {
-                    "tokens": tokens + ["."],
-                    "token_logprobs": [*lps, -1.0],
-                    "top_logprobs": [None] * (len(tokens) + 1),
-                    "text_offset": [],
-                }
-        usage = self._account(prompt, text)
+                choice |= _echo_logprobs(prompt, self.model.prompt_logprobs(prompt))
+        usage: dict[str, Any] = {
+            **self._account(prompt, text),
+            "prompt_tokens_details": None,
+            "completion_tokens_details": None,
+        }
         return web.json_response(
             {
                 "id": f"cmpl-{uuid.uuid4().hex}",
@@ -167,6 +288,7 @@ class Simulator:
                 "model": self.served_name,
                 "choices": [choice],
                 "usage": usage,
+                **_RESPONSE_EXTRAS,
             }
         )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -65,7 +66,12 @@ def _record(patch: Patch, decision: Decision) -> None:
     outcome = Outcome(info.name, decision.apply, decision.reason)
     _outcomes[info.name] = outcome
     verb = "applied" if decision.apply else "skipped"
-    log.info("glmops patch %s (%s) %s: %s", info.name, info.issue, verb, decision.reason)
+    line = ("glmops patch %s (%s) %s: %s", info.name, info.issue, verb, decision.reason)
+    log.info(*line)
+    if not (log.isEnabledFor(logging.INFO) and log.hasHandlers()):
+        # vLLM configures its logging only after parsing the command line, and the API server loads general plugins
+        # while building its parser (0.32.0): the line above goes nowhere there, so it goes to stderr as vLLM's would.
+        print(f"(pid={os.getpid()}) INFO [glmops_vllm_patches] {line[0] % line[1:]}", file=sys.stderr, flush=True)
 
 
 def current_context(env: Mapping[str, str] | None = None) -> Context:
