@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import requests
 import yaml
 from bench.harness import GROUP_PATH, REPO, Cluster, Operator, emit, log, percentile
 
@@ -250,9 +251,13 @@ def wait_for_webhooks(cluster: Cluster, operator: Operator, timeout: float = 120
         assert operator.proc is not None and operator.proc.poll() is None, f"operator exited: {operator.log_path}"
         out = cluster.kubectl("get", "validatingwebhookconfiguration", "glmops.dev", "-o", "json", check=False)
         if out.returncode == 0 and json.loads(out.stdout).get("webhooks"):
-            r = cluster.session().post(
-                f"{cluster.base}{GROUP_PATH}/namespaces/default/glmdeployments?dryRun=All", json=REFUSED, timeout=30
-            )
+            try:
+                r = cluster.session().post(
+                    f"{cluster.base}{GROUP_PATH}/namespaces/default/glmdeployments?dryRun=All", json=REFUSED, timeout=30
+                )
+            except requests.RequestException as err:
+                log(f"webhook probe: {err}")
+                continue
             if "glmops-validate" in r.text:
                 return
         time.sleep(1)
