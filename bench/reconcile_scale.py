@@ -129,19 +129,32 @@ def create_all(cluster: Cluster, docs: list[dict[str, Any]], threads: int) -> di
     return failures
 
 
-def done_count(cluster: Cluster, prefix: str) -> int:
-    """GLMDeployments Validated=True whose Deployment exists."""
+def workloads(docs: list[dict[str, Any]]) -> dict[tuple[str, str], set[tuple[str, str]]]:
+    """(namespace, name) of each GLMDeployment -> the (kind, name) of the workloads the planner renders for it."""
+    return {
+        (d["metadata"]["namespace"], d["metadata"]["name"]): {
+            (o["kind"], o["metadata"]["name"]) for o in rendered(d)[0] if o["kind"] in ("Deployment", "StatefulSet")
+        }
+        for d in docs
+    }
+
+
+def done_count(cluster: Cluster, prefix: str, expected: dict[tuple[str, str], set[tuple[str, str]]]) -> int:
+    """GLMDeployments Validated=True whose every rendered workload (Deployment or StatefulSets) exists."""
     s = cluster.session()
     glmds = s.get(f"{cluster.base}{GROUP_PATH}/glmdeployments", timeout=120).json()["items"]
-    deployments = s.get(f"{cluster.base}/apis/apps/v1/deployments", timeout=120).json()["items"]
-    have = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in deployments}
+    have: dict[str, set[tuple[str, str]]] = {}
+    for kind, plural in (("Deployment", "deployments"), ("StatefulSet", "statefulsets")):
+        for w in s.get(f"{cluster.base}/apis/apps/v1/{plural}", timeout=120).json()["items"]:
+            have.setdefault(w["metadata"]["namespace"], set()).add((kind, w["metadata"]["name"]))
     done = 0
     for g in glmds:
         meta = g["metadata"]
         if not meta["namespace"].startswith(prefix):
             continue
         conds = {c["type"]: c["status"] for c in (g.get("status") or {}).get("conditions") or []}
-        if conds.get("Validated") == "True" and (meta["namespace"], meta["name"]) in have:
+        want = expected[(meta["namespace"], meta["name"])]
+        if conds.get("Validated") == "True" and want <= have.get(meta["namespace"], set()):
             done += 1
     return done
 
@@ -177,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     operator.start()
     try:
         wait_webhooks(cluster, operator)
+        expected = workloads(specs(n, args.namespaces, "bench-op"))
         with Sampler(operator.pid) as sampler:
             before = cluster.request_counts()
             t0 = time.monotonic()
@@ -185,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             done = 0
             while done < n and time.monotonic() - t0 < args.timeout:
                 time.sleep(2)
-                done = done_count(cluster, "bench-op")
+                done = done_count(cluster, "bench-op", expected)
                 log(f"operator: {done}/{n} done after {time.monotonic() - t0:.0f}s")
             operator_s = time.monotonic() - t0
             at_done = cluster.request_counts()
