@@ -220,8 +220,15 @@ def main(argv: list[str] | None = None) -> int:
     op_counts = counts_delta(before, at_done)
     settle_counts = counts_delta(at_done, settled)
     ratio = operator_s / floor_s
-    owned = (("apps", "deployments"), ("", "services"), ("policy", "poddisruptionbudgets"), ("", "configmaps"))
-    apply_patches = {r: op_counts.get(("PATCH", g, r), 0) / n for g, r in owned}
+    owned = (
+        ("apps", "deployments"),
+        ("apps", "statefulsets"),
+        ("", "services"),
+        ("policy", "poddisruptionbudgets"),
+        ("", "configmaps"),
+    )
+    # Server-side apply is counted under verb APPLY (a PATCH with the apply content type).
+    apply_patches = {r: op_counts.get(("APPLY", g, r), 0) / n for g, r in owned}
     result = {
         "bench": "reconcile_scale",
         "command": " ".join(["bench/reconcile_scale.py", *sys.argv[1:]]),
@@ -237,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         "operator_peak_rss_mib": round(peak_at_done, 1),
         "operator_rss_after_settle_mib": round(final_rss, 1),
         "operator_cpu_s": round(cpu_s, 1),
-        "patch_per_owned_object_until_done": {k: round(v, 3) for k, v in apply_patches.items()},
+        "applies_per_glmdeployment_until_done": {k: round(v, 3) for k, v in apply_patches.items()},
         "requests_per_object": {
             "floor": per_object(floor_counts, n),
             "operator_until_done": per_object(op_counts, n),
