@@ -1,0 +1,266 @@
+"""Reconcile scale (issue 16 item 2): N GLMDeployments across namespaces on the fake fleet, operator against floor.
+
+Floor: the same client creates each GLMDeployment and applies, server-side, the objects glmops' pure planner
+renders for it (planned before the clock starts, the owner's uid filled in from the create's answer), then
+writes the same status. Nothing else runs the logic: it is the API work the operator cannot avoid.
+Operator: the operator runs (`kopf run`, webhooks on); the same client creates the same GLMDeployments (through
+the webhooks, as users do), and the clock stops when every one is Validated=True and its Deployment exists.
+The operator's phase runs first on a fresh cluster (`cluster/down.sh --purge` before), the floor second.
+
+Both phases use the same client pool (`--threads`). Reported: the time of each and their ratio (target <= 3x),
+the operator's peak RSS sampled from /proc every 0.5 s (target < 300 MiB), and the API server's
+apiserver_request_total by verb and resource, before and after, divided by N, for both phases, plus the same
+counted over a settle window after the operator's phase (requests made while nothing changed).
+Run: `.venv/bin/python bench/reconcile_scale.py [--objects 1000 --namespaces 20]`. Prints JSON; exits 1 on a miss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from bench.admission import samples
+from bench.harness import GROUP_PATH, REPO, Cluster, Operator, Sampler, counts_delta, emit, log
+
+from glm_operator.planner.deployment import Observed, plan
+from glm_operator.rules.context import Catalogs
+from glm_operator.rules.engine import admit
+
+UID = "00000000-0000-0000-0000-00000000beef"
+
+
+def specs(objects: int, namespaces: int, prefix: str) -> list[dict[str, Any]]:
+    """Admitted GLMDeployments from the samples, as a user writes them, spread over the namespaces."""
+    catalogs = Catalogs.packaged()
+    base = [d for d in samples() if admit(copy.deepcopy(d), catalogs).allowed and not admit(d, catalogs).changes]
+    out = []
+    for i in range(objects):
+        doc = copy.deepcopy(base[i % len(base)])
+        doc["metadata"] = {"name": f"glmd-{i:04d}", "namespace": f"{prefix}-{i % namespaces:02d}"}
+        out.append(doc)
+    return out
+
+
+def rendered(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """What the operator would apply and write for `doc` (owner uid left as a placeholder)."""
+    catalogs = Catalogs.packaged()
+    body = admit(copy.deepcopy(doc), catalogs).patched
+    body["metadata"] |= {"uid": UID, "generation": 1}
+    outcome = plan(body, Observed(), catalogs)
+    return list(outcome.apply), outcome.status_patch()
+
+
+def api_path(obj: dict[str, Any]) -> str:
+    api_version, kind = obj["apiVersion"], obj["kind"]
+    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    plural = {"Deployment": "deployments", "StatefulSet": "statefulsets", "Service": "services"}.get(kind)
+    plural = plural or {"PodDisruptionBudget": "poddisruptionbudgets", "ConfigMap": "configmaps"}[kind]
+    return f"{prefix}/namespaces/{obj['metadata']['namespace']}/{plural}/{obj['metadata']['name']}"
+
+
+def make_namespaces(cluster: Cluster, prefix: str, namespaces: int) -> None:
+    names = [f"{prefix}-{i:02d}" for i in range(namespaces)]
+    manifest = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in names]
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifest}))
+
+
+def run_floor(cluster: Cluster, docs: list[dict[str, Any]], threads: int) -> float:
+    work = [(doc, *rendered(doc)) for doc in docs]
+    local = threading.local()
+
+    def one(item: tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]) -> None:
+        doc, objs, status = item
+        s = local.__dict__.setdefault("s", cluster.session())
+        ns, name = doc["metadata"]["namespace"], doc["metadata"]["name"]
+        r = s.post(f"{cluster.base}{GROUP_PATH}/namespaces/{ns}/glmdeployments", json=doc, timeout=60)
+        r.raise_for_status()
+        uid = r.json()["metadata"]["uid"]
+        for obj in objs:
+            body = json.dumps(obj).replace(UID, uid)
+            r = s.patch(
+                f"{cluster.base}{api_path(obj)}?fieldManager=glmops&force=true",
+                data=body,
+                headers={"Content-Type": "application/apply-patch+yaml"},
+                timeout=60,
+            )
+            r.raise_for_status()
+        r = s.patch(
+            f"{cluster.base}{GROUP_PATH}/namespaces/{ns}/glmdeployments/{name}/status",
+            json={"status": status},
+            headers={"Content-Type": "application/merge-patch+json"},
+            timeout=60,
+        )
+        r.raise_for_status()
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, work))
+    return time.monotonic() - t0
+
+
+def create_all(cluster: Cluster, docs: list[dict[str, Any]], threads: int) -> dict[str, int]:
+    """Create each object; a create refused for a webhook timeout (504/500) is retried, as a user would, and
+    counted. Returns the failed attempts by status code."""
+    local = threading.local()
+    failures: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def one(doc: dict[str, Any]) -> None:
+        s = local.__dict__.setdefault("s", cluster.session())
+        ns = doc["metadata"]["namespace"]
+        for _ in range(10):
+            r = s.post(f"{cluster.base}{GROUP_PATH}/namespaces/{ns}/glmdeployments", json=doc, timeout=60)
+            if r.status_code in (201, 409):  # 409: an earlier attempt timed out at the client but was stored
+                return
+            with lock:
+                failures[str(r.status_code)] = failures.get(str(r.status_code), 0) + 1
+            if r.status_code < 500:
+                r.raise_for_status()
+        r.raise_for_status()
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, docs))
+    return failures
+
+
+def workloads(docs: list[dict[str, Any]]) -> dict[tuple[str, str], set[tuple[str, str]]]:
+    """(namespace, name) of each GLMDeployment -> the (kind, name) of the workloads the planner renders for it."""
+    return {
+        (d["metadata"]["namespace"], d["metadata"]["name"]): {
+            (o["kind"], o["metadata"]["name"]) for o in rendered(d)[0] if o["kind"] in ("Deployment", "StatefulSet")
+        }
+        for d in docs
+    }
+
+
+def done_count(cluster: Cluster, prefix: str, expected: dict[tuple[str, str], set[tuple[str, str]]]) -> int:
+    """GLMDeployments Validated=True whose every rendered workload (Deployment or StatefulSets) exists."""
+    s = cluster.session()
+    glmds = s.get(f"{cluster.base}{GROUP_PATH}/glmdeployments", timeout=120).json()["items"]
+    have: dict[str, set[tuple[str, str]]] = {}
+    for kind, plural in (("Deployment", "deployments"), ("StatefulSet", "statefulsets")):
+        for w in s.get(f"{cluster.base}/apis/apps/v1/{plural}", timeout=120).json()["items"]:
+            have.setdefault(w["metadata"]["namespace"], set()).add((kind, w["metadata"]["name"]))
+    done = 0
+    for g in glmds:
+        meta = g["metadata"]
+        if not meta["namespace"].startswith(prefix):
+            continue
+        conds = {c["type"]: c["status"] for c in (g.get("status") or {}).get("conditions") or []}
+        want = expected[(meta["namespace"], meta["name"])]
+        if conds.get("Validated") == "True" and want <= have.get(meta["namespace"], set()):
+            done += 1
+    return done
+
+
+def per_object(delta: dict[tuple[str, str, str], float], n: int) -> dict[str, float]:
+    out = {}
+    for (verb, group, res), v in sorted(delta.items()):
+        out[f"{verb} {group + '/' if group else ''}{res}"] = round(v / n, 3)
+    return out
+
+
+def wait_webhooks(cluster: Cluster, operator: Operator) -> None:
+    from bench.admission import wait_for_webhooks
+
+    wait_for_webhooks(cluster, operator)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--objects", type=int, default=1000)
+    parser.add_argument("--namespaces", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--settle", type=float, default=60.0)
+    parser.add_argument("--timeout", type=float, default=1200.0)
+    args = parser.parse_args(argv)
+    n = args.objects
+    cluster = Cluster.up()
+    for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+        cluster.kubectl("delete", kind, "glmops.dev", check=False)  # a previous operator's, if any
+
+    make_namespaces(cluster, "bench-op", args.namespaces)
+    operator = Operator(cluster, REPO / ".bench-artifacts" / "reconcile-operator.log")
+    operator.start()
+    try:
+        wait_webhooks(cluster, operator)
+        expected = workloads(specs(n, args.namespaces, "bench-op"))
+        with Sampler(operator.pid) as sampler:
+            before = cluster.request_counts()
+            t0 = time.monotonic()
+            create_failures = create_all(cluster, specs(n, args.namespaces, "bench-op"), args.threads)
+            created_s = time.monotonic() - t0
+            done = 0
+            while done < n and time.monotonic() - t0 < args.timeout:
+                time.sleep(2)
+                done = done_count(cluster, "bench-op", expected)
+                log(f"operator: {done}/{n} done after {time.monotonic() - t0:.0f}s")
+            operator_s = time.monotonic() - t0
+            at_done = cluster.request_counts()
+            time.sleep(args.settle)
+            settled = cluster.request_counts()
+            peak_at_done = sampler.peak_rss
+        final_rss, cpu_s = sampler.samples[-1][1], sampler.samples[-1][2]
+    finally:
+        operator.stop()
+    # The floor runs second, in namespaces of its own, with the operator stopped: deleting the operator's objects
+    # first would wait on the namespace controller and kwok for minutes on this machine. The objects left in place
+    # add only background work for the controllers to the floor's run (which favours the floor, not the operator).
+    make_namespaces(cluster, "bench-floor", args.namespaces)
+    floor_before = cluster.request_counts()
+    floor_s = run_floor(cluster, specs(n, args.namespaces, "bench-floor"), args.threads)
+    floor_counts = counts_delta(floor_before, cluster.request_counts())
+    log(f"floor: {floor_s:.1f}s")
+    op_counts = counts_delta(before, at_done)
+    settle_counts = counts_delta(at_done, settled)
+    ratio = operator_s / floor_s
+    owned = (
+        ("apps", "deployments"),
+        ("apps", "statefulsets"),
+        ("", "services"),
+        ("policy", "poddisruptionbudgets"),
+        ("", "configmaps"),
+    )
+    # Server-side apply is counted under verb APPLY (a PATCH with the apply content type).
+    apply_patches = {r: op_counts.get(("APPLY", g, r), 0) / n for g, r in owned}
+    result = {
+        "bench": "reconcile_scale",
+        "command": " ".join(["bench/reconcile_scale.py", *sys.argv[1:]]),
+        "objects": n,
+        "namespaces": args.namespaces,
+        "client_threads": args.threads,
+        "floor_s": round(floor_s, 2),
+        "operator_s": round(operator_s, 2),
+        "operator_creates_s": round(created_s, 2),
+        "done": done,
+        "create_attempts_failed": create_failures,
+        "ratio": round(ratio, 3),
+        "operator_peak_rss_mib": round(peak_at_done, 1),
+        "operator_rss_after_settle_mib": round(final_rss, 1),
+        "operator_cpu_s": round(cpu_s, 1),
+        "applies_per_glmdeployment_until_done": {k: round(v, 3) for k, v in apply_patches.items()},
+        "requests_per_object": {
+            "floor": per_object(floor_counts, n),
+            "operator_until_done": per_object(op_counts, n),
+            f"operator_settle_{args.settle:.0f}s": per_object(settle_counts, n),
+        },
+        "targets": {
+            "ratio <= 3": ratio <= 3.0,
+            "peak RSS < 300 MiB": peak_at_done < 300,
+            "all done": done == n,
+            "no create refused for a webhook timeout": not create_failures,
+        },
+    }
+    result["met"] = all(result["targets"].values())
+    emit(result)
+    return 0 if result["met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
