@@ -14,6 +14,7 @@ from glm_operator import __version__
 from glm_operator.api.crd import render_crd_yaml
 from glm_operator.canary.suite import SUITES
 from glm_operator.catalog import load_accelerators
+from glm_operator.catalog.images import load_images
 from glm_operator.cli.canary_cmd import canary, sim
 from glm_operator.cli.generate import stale_files, write_all
 from glm_operator.cli.render import render
@@ -207,7 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sm.add_argument("--load-seconds", type=float, default=0.0, help="refuse connections this long, as while loading")
     sm.add_argument("--gpu", default="H200", help="accelerator type the pod runs on")
-    sm.add_argument("--vllm-version", default="0.33.0", help="vLLM version of the image")
+    sm.add_argument(
+        "--vllm-version",
+        default=load_images().default_version,
+        help="vLLM version of the image (default: the catalog's)",
+    )
     sm.add_argument("--patches", default="", help="comma-separated glmops patches in the image")
     sm.add_argument("serve_args", nargs=argparse.REMAINDER, help="-- vllm serve MODEL ARGS...")
     sm.set_defaults(func=_cmd_sim)

@@ -10,9 +10,10 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from glm_operator.catalog.images import load_images
 from glm_operator.sim.behaviour import Model
 
-VERSION = "0.33.0"
+VERSION = load_images().default_version  # what /version reports: the catalog's default vLLM
 
 
 class Metrics:
