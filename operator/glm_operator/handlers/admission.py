@@ -26,7 +26,10 @@ def _admit(body: kopf.Body, memo: kopf.Memo) -> Admission:
         raise kopf.AdmissionError(f"glmops could not evaluate this GLMDeployment: {err}", code=422) from err
 
 
-def repair(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
+# The admission handlers are coroutines on purpose: kopf runs plain functions in the thread pool its reconciles
+# block in, so under load an API server's admission request waited 10-20 s behind them (bench/RESULTS.md,
+# reconcile scale). The rules take about a millisecond; the catalogs are cached (a ConfigMap read every TTL).
+async def repair(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
     """Apply Auto remedies to settings the user left unset, and say so in kubectl's warnings."""
     result = _admit(body, memo)
     if not result.allowed or not result.changes:
@@ -38,7 +41,7 @@ def repair(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.M
     warnings.extend(f"glmops repaired {f.message}" for f in result.findings if f.severity == "remediated")
 
 
-def validate(body: kopf.Body, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
+async def validate(body: kopf.Body, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
     """Refuse a GLMDeployment that would serve wrong answers, listing every problem at once."""
     result = _admit(body, memo)
     warnings.extend(f.message for f in result.findings if f.severity == "warning")
