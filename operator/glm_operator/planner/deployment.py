@@ -88,6 +88,8 @@ class _Desired:
 
 def image_request(body: dict[str, Any], catalogs: Catalogs, settings: BuildSettings) -> dict[str, Any] | None:
     """The GLMImage this deployment's image needs built (the handler creates it when absent), or None."""
+    if not settings.enabled:
+        return None  # the usual case: spare the reconcile a second run of the rules and the plan
     if validated_condition(body, catalogs).status != "True":
         return None
     plan = build_plan(GLMDeployment.model_validate(body), catalogs)
