@@ -77,7 +77,11 @@ def test_a_random_model_fails_smoke_with_its_empty_answers(canary_run: CanaryRun
 def test_a_random_model_fails_gsm8k_early(canary_run: CanaryRun) -> None:
     gsm8k = canary_run.checks["gsm8k"]
     assert not gsm8k["passed"]
-    assert re.fullmatch(r"0/3 correct, 99\.9% CI \[0\.00, 0\.\d\d\], decided early", str(gsm8k["detail"]))
+    # The sequential test needs 8 wrong answers to refuse a model at the threshold; capped at 5 questions (one
+    # wave), the likelier hypothesis decides: every answer wrong, so the 0.82 threshold is refused.
+    assert re.fullmatch(
+        r"0/5 correct, SPRT 0\.82 vs 0\.93 \(alpha 0\.05, beta 0\.001\), all 5 asked; .*", gsm8k["detail"]
+    )
 
 
 def test_a_random_model_fails_copy_at_the_first_item(canary_run: CanaryRun) -> None:
