@@ -101,7 +101,7 @@ def all2all_cli_removed(src: Source) -> tuple[Any, str]:
             and node.func.attr == "remove"
             and "all2all_backend" in _text(node.func.value)
         ):
-            return frozenset(_resolve_string(src, node.args[0]) for _ in [0]), f"{rel}:{node.lineno}"
+            return frozenset({_resolve_string(src, node.args[0])}), f"{rel}:{node.lineno}"
     return frozenset(), f"{rel} (no removal)"
 
 
