@@ -9,6 +9,7 @@
 #   GLMOPS_ETCD_PORT       etcd client port; peer port is this + 1      (default: 12379)
 #   GLMOPS_KCM_PORT / GLMOPS_SCHEDULER_PORT / GLMOPS_KWOK_PORT          (20257 / 20259 / 20247)
 #   GLMOPS_POD_CIDR        fake pod IPs (loopback: nothing leaves the machine) (default: 127.20.0.0/16)
+#   GLMOPS_REAL_NODE       1: also start one real CPU node (cluster/node.sh; needs root) (default: off)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=cluster/lib.sh
@@ -21,6 +22,7 @@ kubeconfig="$state/kubeconfig"
 if cluster_healthy; then
   "$here/certs.sh" "$certs"  # adds any certificate a newer version of this script needs
   log "cluster '$(cluster_name)' already running (apiserver https://127.0.0.1:$APISERVER_PORT)"
+  if [[ "${GLMOPS_REAL_NODE:-}" == 1 ]]; then "$here/node.sh" up; fi
   echo "export KUBECONFIG=$kubeconfig"
   exit 0
 fi
@@ -98,5 +100,6 @@ kc apply -f "$fleet" >/dev/null
 want=$(grep -c '^kind: Node' "$fleet")
 wait_for "$want fake GPU nodes Ready" 90 nodes_ready "$want"
 
+if [[ "${GLMOPS_REAL_NODE:-}" == 1 ]]; then "$here/node.sh" up; fi
 log "cluster '$(cluster_name)' up in $(( $(date +%s) - t0 ))s: $want fake GPU nodes, apiserver https://127.0.0.1:$APISERVER_PORT"
 echo "export KUBECONFIG=$kubeconfig"
