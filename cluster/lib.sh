@@ -26,6 +26,8 @@ require_go() {
 }
 
 cluster_name() { echo "${GLMOPS_CLUSTER:-glmops}"; }
+# The real node's name (cluster/node.sh): the kubelet's identity and its client certificate's subject.
+node_name() { echo "${GLMOPS_NODE_NAME:-$(cluster_name)-node}"; }
 state_dir() { echo "$(cache_root)/clusters/$(cluster_name)"; }
 repo_root() { cd "$here_lib/.." && pwd; }
 

@@ -1,7 +1,7 @@
 # The real node's steps for cluster/node.sh (up and down). Sourced after lib.sh, not run.
 # shellcheck shell=bash
 
-NODE_NAME="${GLMOPS_NODE_NAME:-$(cluster_name)-node}"
+NODE_NAME="$(node_name)"
 NODE_POD_CIDR="${GLMOPS_NODE_POD_CIDR:-10.244.0.0/24}"
 NODE_BRIDGE="${GLMOPS_NODE_BRIDGE:-glmops-br0}"
 KUBELET_PORT="${GLMOPS_KUBELET_PORT:-20250}"

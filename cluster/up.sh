@@ -42,6 +42,13 @@ done
 mkdir -p "$certs" "$logs" "$pids"
 t0=$(date +%s)
 "$here/certs.sh" "$certs"
+# With the real node the API server also needs a client certificate for the kubelet (logs, exec, port-forward).
+kubelet_client=()
+if [[ "${GLMOPS_REAL_NODE:-}" == 1 ]]; then
+  "$here/certs.sh" "$certs" "$(node_name)"
+  kubelet_client=(--kubelet-client-certificate="$certs/apiserver-kubelet-client.crt"
+    --kubelet-client-key="$certs/apiserver-kubelet-client.key" --kubelet-preferred-address-types=InternalIP,Hostname)
+fi
 write_kubeconfig "$kubeconfig" admin
 write_kubeconfig "$state/kcm.kubeconfig" kube-controller-manager
 write_kubeconfig "$state/scheduler.kubeconfig" kube-scheduler
@@ -66,7 +73,7 @@ start_daemon kube-apiserver "$bin/kube-apiserver" \
   --service-cluster-ip-range="$SERVICE_CIDR" \
   --authorization-mode=Node,RBAC --allow-privileged=true \
   --enable-priority-and-fairness=false --profiling=false \
-  --storage-media-type=application/json
+  --storage-media-type=application/json "${kubelet_client[@]}"
 wait_for "kube-apiserver" 120 curl -fsS --cacert "$certs/ca.crt" --cert "$certs/admin.crt" --key "$certs/admin.key" \
   "https://127.0.0.1:$APISERVER_PORT/readyz"
 
