@@ -136,6 +136,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = "$(node_run_dir)/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$CNI_BIN_DIR"
     conf_dir = "$nd/cni/net.d"
@@ -225,6 +226,8 @@ node_up() {
   write_kubeconfig "$s/node.kubeconfig" "node-$NODE_NAME"
   write_kubeconfig "$s/kube-proxy.kubeconfig" kube-proxy
   [[ -d /var/log/containers ]] || touch "$nd/made-var-log-containers"
+  # containerd 1.6 puts its shims' sockets under /run/containerd/s whatever its state directory.
+  [[ -d /run/containerd ]] || touch "$nd/made-run-containerd"
   node_save_sysctls
   node_write_configs
   node_bridge_up
@@ -347,9 +350,17 @@ node_cleanup_host() {
     local line; while read -r line; do sysctl -qw "$line" 2>/dev/null || true; done < "$saved"
     rm -f "$saved"
   fi
+  # The kubelet links each container's log here (a fixed path) and unlinks it only when it removes the container.
+  local link_path; for link_path in /var/log/containers/*.log; do
+    [[ -L "$link_path" && "$(readlink "$link_path")" == "$(node_dir)/"* ]] && rm -f "$link_path"
+  done
   if [[ -f "$(node_dir)/made-var-log-containers" ]]; then
     rmdir /var/log/containers 2>/dev/null || true
     rm -f "$(node_dir)/made-var-log-containers"
+  fi
+  if [[ -f "$(node_dir)/made-run-containerd" ]]; then
+    rmdir /run/containerd/s /run/containerd 2>/dev/null || true
+    rm -f "$(node_dir)/made-run-containerd"
   fi
   rm -rf "$(node_dir)/cni/ipam" "$(node_run_dir)"
   [[ -f "$NODE_OWNER_FILE" && "$(cat "$NODE_OWNER_FILE")" == "$(state_dir)" ]] && rm -f "$NODE_OWNER_FILE"

@@ -93,7 +93,7 @@ def _node_processes(state_dir: Path) -> set[str]:
 
 
 def host_state(state_dir: Path) -> dict[str, set[str]]:
-    """What a node leaves on the host: its rules, links, mounts, namespaces, processes and cgroups."""
+    """What a node leaves on the host: rules, links, mounts, namespaces, processes, cgroups, paths."""
     rules = {
         f"{tool}: {line}"
         for tool in ("iptables-save", "ip6tables-save")
@@ -110,6 +110,13 @@ def host_state(state_dir: Path) -> dict[str, set[str]]:
     mounts = {m for m in _sh("findmnt", "-rn", "-o", "TARGET").splitlines() if any(k in m for k in marks)}
     netns = {n for n in _sh("ip", "netns", "list").split() if not n.startswith("(") and _in_node_range(n)}
     cgroups = {str(p) for p in Path("/sys/fs/cgroup").glob("*/kubepods")}
+    # Host paths a kubelet or containerd makes by default; the node points its own elsewhere or removes them.
+    default_dirs = ("/run/containerd", "/opt/containerd", "/var/lib/kubelet", "/var/log/pods", "/var/log/containers")
+    dirs = {d for d in default_dirs if Path(d).exists()}
+    logs = Path("/var/log/containers")
+    log_links = (
+        {str(p) for p in logs.glob("*.log") if str(state_dir / "node") in os.readlink(p)} if logs.exists() else set()
+    )
     return {
         "rules": rules,
         "links": links,
@@ -117,6 +124,8 @@ def host_state(state_dir: Path) -> dict[str, set[str]]:
         "netns": netns,
         "processes": _node_processes(state_dir),
         "cgroups": cgroups,
+        "dirs": dirs,
+        "log links": log_links,
     }
 
 
@@ -385,7 +394,8 @@ def test_deleting_pods_and_stopping_the_node_leave_nothing_behind(node: RealNode
     during = eventually(lambda: (h := host_state(node.state_dir))["netns"] and h, timeout=10, what="the pod's netns")
     names = {p.split(":")[0] for p in during["processes"]}
     assert {"containerd", "kubelet", "kube-proxy", "containerd-shim-runc-v2", "pause", "httpecho"} <= names
-    assert during["mounts"] and during["cgroups"] and any("KUBE-SVC" in r for r in during["rules"])
+    assert during["mounts"] and during["cgroups"] and during["log links"] and "/run/containerd" in during["dirs"]
+    assert any("KUBE-SVC" in r for r in during["rules"])
     assert BRIDGE in during["links"] and len(during["links"]) >= 2, "the bridge and the pods' veths"
 
     node.kubectl.run("delete", "pod", "last", "-n", ns, "--wait=true", "--timeout=60s", timeout=70)
