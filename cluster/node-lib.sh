@@ -364,6 +364,7 @@ node_cleanup_host() {
   fi
   rm -rf "$(node_dir)/cni/ipam" "$(node_run_dir)"
   [[ -f "$NODE_OWNER_FILE" && "$(cat "$NODE_OWNER_FILE")" == "$(state_dir)" ]] && rm -f "$NODE_OWNER_FILE"
+  rmdir /run/glmops 2>/dev/null || true  # only when no other cluster's node keeps its run directory there
   return 0
 }
 

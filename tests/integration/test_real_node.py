@@ -111,7 +111,14 @@ def host_state(state_dir: Path) -> dict[str, set[str]]:
     netns = {n for n in _sh("ip", "netns", "list").split() if not n.startswith("(") and _in_node_range(n)}
     cgroups = {str(p) for p in Path("/sys/fs/cgroup").glob("*/kubepods")}
     # Host paths a kubelet or containerd makes by default; the node points its own elsewhere or removes them.
-    default_dirs = ("/run/containerd", "/opt/containerd", "/var/lib/kubelet", "/var/log/pods", "/var/log/containers")
+    default_dirs = (
+        "/run/glmops",
+        "/run/containerd",
+        "/opt/containerd",
+        "/var/lib/kubelet",
+        "/var/log/pods",
+        "/var/log/containers",
+    )
     dirs = {d for d in default_dirs if Path(d).exists()}
     logs = Path("/var/log/containers")
     log_links = (
@@ -129,15 +136,20 @@ def host_state(state_dir: Path) -> dict[str, set[str]]:
     }
 
 
+def _state_dir() -> Path:
+    """The test cluster's state directory, as cluster/lib.sh's state_dir computes it."""
+    cache = (
+        os.environ.get("GLMOPS_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "glmops"
+    )
+    return Path(cache) / "clusters" / ENV["GLMOPS_CLUSTER"]
+
+
 @pytest.fixture(scope="module")
 def node() -> Iterator[RealNode]:
     env = _env()
     run_script("node.sh", "down", env=env)  # a node left running by an interrupted run
     bin_dir = Path(run_script("build.sh", env=env).strip().splitlines()[-1])
-    cache = (
-        os.environ.get("GLMOPS_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "glmops"
-    )
-    state_dir = Path(cache) / "clusters" / ENV["GLMOPS_CLUSTER"]  # as cluster/lib.sh's state_dir
+    state_dir = _state_dir()
     before = host_state(state_dir)
     out = run_script("up.sh", env=env)
     kubeconfig = out.strip().splitlines()[-1].removeprefix("export KUBECONFIG=")
@@ -209,6 +221,31 @@ def answer_of(url: str) -> str | None:
 
 def condition(obj: dict[str, Any], kind: str) -> str | None:
     return next((c["status"] for c in obj["status"].get("conditions", []) if c["type"] == kind), None)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("GLMOPS_NODE_POD_CIDR", "127.24.5.0/24", "overlaps GLMOPS_POD_CIDR (kwok's fake pod IPs) 127.24.0.0/16"),
+        ("GLMOPS_NODE_POD_CIDR", "10.96.3.0/24", "overlaps GLMOPS_SERVICE_CIDR 10.96.0.0/16"),
+        ("GLMOPS_NODE_POD_CIDR", "10.244.0.0/30", "needs an IPv4 range of /28 or wider"),
+        ("GLMOPS_NODE_POD_CIDR", "10.244.0.300/24", "not a network"),
+        ("GLMOPS_NODE_BRIDGE", "glmops-bridge-too-long", "15 characters at most"),
+    ],
+)
+def test_node_up_refuses_a_bad_setting_naming_it_before_touching_the_host(
+    variable: str, value: str, message: str
+) -> None:
+    proc = subprocess.run(
+        [str(Path(__file__).resolve().parents[2] / "cluster" / "node.sh"), "up"],
+        env={**_env(), "GLMOPS_CLUSTER": "never-started", variable: value},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert f"{variable}: {value}: " in proc.stderr and message in proc.stderr
+    assert not (_state_dir().parent / "never-started").exists(), "it stopped before making anything"
 
 
 def test_node_registers_ready_with_its_own_node_identity(node: RealNode) -> None:
