@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.realvllm.rendered import adapt, adapted_env, rendered_pod
+from tests.realvllm.rendered import ADAPTATIONS, adapt, adapted_env, rendered_pod
 from tests.support.cluster import REPO
 
 ENV_SCRIPT = REPO / "hack" / "vllm-cpu-env.sh"
@@ -29,6 +29,13 @@ POD = rendered_pod()
 SERVED_NAME = POD.served_name
 SPECULATIVE = POD.speculative
 START_TIMEOUT_S = 600  # about 65 s on an idle 2-core machine; up to 300 s seen while it is shared
+
+
+def pytest_report_header() -> list[str]:
+    return [
+        "real vLLM: the command glmops renders for a GLM-5.3 pod, adapted to the CPU:",
+        *(f"  {a}" for a in ADAPTATIONS),
+    ]
 
 
 @dataclass

