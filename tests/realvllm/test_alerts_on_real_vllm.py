@@ -196,7 +196,9 @@ def _query(prometheus: str, expr: str) -> float | None:
 def alert_run(real_vllm: RealServer, prometheus: str) -> Iterator[dict[str, Any]]:
     """Traffic until both serving alerts fire; every alert state seen, by name, with when it was first seen."""
     traffic = Traffic(real_vllm.url)
-    start, seen, figures = time.monotonic(), {}, {}
+    start = time.monotonic()
+    seen: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+    figures: dict[str, Any] = {}
     try:
         while time.monotonic() - start < ALERT_TIMEOUT_S:
             for name, alert in _alerts(prometheus).items():
@@ -206,7 +208,7 @@ def alert_run(real_vllm: RealServer, prometheus: str) -> Iterator[dict[str, Any]
             time.sleep(1)
         by = "namespace, glmdeployment, model_name"
         window = WINDOW
-        for name, expr in {
+        for figure, expr in {
             "null_share": f"sum by ({by}) (rate(glmops:chat_null_content_total[{window}])) / "
             f"sum by ({by}) (rate(glmops:chat_completions_total[{window}]))",
             "chat_rate": f"sum by ({by}) (rate(glmops:chat_completions_total[{window}]))",
@@ -214,7 +216,7 @@ def alert_run(real_vllm: RealServer, prometheus: str) -> Iterator[dict[str, Any]
             f"sum by ({by}) (rate(vllm:spec_decode_num_draft_tokens_total[{window}]))",
             "draft_rate": f"sum by ({by}) (rate(vllm:spec_decode_num_draft_tokens_total[{window}]))",
         }.items():
-            figures[name] = _query(prometheus, expr)
+            figures[figure] = _query(prometheus, expr)
         figures["alerts_now"] = {n: a["state"] for n, a in _alerts(prometheus).items()}
     finally:
         traffic.stop()

@@ -42,7 +42,7 @@ def _null_counts(url: str) -> float:
 
 
 def _serving_pod(kubectl: Kubectl, namespace: str) -> dict[str, Any]:
-    pods = [
+    pods: list[dict[str, Any]] = [
         p
         for p in kubectl.get("pods", namespace=namespace)["items"]
         if p["metadata"]["labels"].get("glmops.dev/deployment") == NAME and not p["metadata"].get("deletionTimestamp")

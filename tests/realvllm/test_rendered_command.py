@@ -41,9 +41,9 @@ def test_the_server_process_runs_the_rendered_command_but_for_the_named_adaptati
     assert speculative == {**POD.speculative, **CPU_NGRAM_LOOKUP}, "the rendered keys kept, only the lookup added"
 
 
-def test_the_rendered_environment_is_applied_and_only_named_variables_are_added(real_vllm: RealServer) -> None:
+def test_the_rendered_environment_and_the_named_additions_reach_the_server(real_vllm: RealServer) -> None:
     environ = dict(
-        entry.split(b"=", 1)  # type: ignore[misc]
+        entry.split(b"=", 1)
         for entry in Path(f"/proc/{real_vllm.pid}/environ").read_bytes().split(b"\0")
         if b"=" in entry
     )
