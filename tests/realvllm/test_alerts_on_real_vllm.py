@@ -9,9 +9,6 @@ never closes its reasoning block, so chat traffic makes the glmops plugin's null
 
 from __future__ import annotations
 
-import re
-import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -23,12 +20,10 @@ import httpx
 import pytest
 import yaml
 
+from tests.realvllm import prometheus as prom
 from tests.realvllm.conftest import SERVED_NAME, RealServer
 from tests.realvllm.rendered import SPEC, rendered_pod
-from tests.support.cluster import REPO, eventually
-from tests.unit.test_alerts import _pinned_helm
 
-CHART = REPO / "charts" / "glmops"
 NAMESPACE = "team-a"
 POD_NAME = f"{SPEC['metadata']['name']}-5d9c7-x2x4q"
 SERVING_ALERTS = ("GLMOpsNullContentHigh", "GLMOpsSpecDecodeAcceptanceLow")
@@ -47,90 +42,35 @@ VALUES = [
 ALERT_TIMEOUT_S = 240
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _chart_objects() -> dict[str, dict[str, Any]]:
-    helm = _pinned_helm()
-    if not helm.is_file():
-        pytest.skip(f"helm is not built at {helm}: run cluster/build.sh (make tools)")
-    args = [str(helm), "template", "glmops", str(CHART), "--namespace", "glmops-system"]
-    for value in VALUES:
-        args += ["--set", value]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=120, check=True).stdout
-    return {d["kind"]: d for d in yaml.safe_load_all(out) if d and d["kind"] in ("PrometheusRule", "PodMonitor")}
-
-
-def _meta_label(name: str) -> str:
-    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
-
-
-def _scrape_config(pod_monitor: dict[str, Any], target: str) -> dict[str, Any]:
-    """The PodMonitor's endpoint as the Prometheus Operator writes it, for one pod found at `target`."""
+def _as_discovered(target: str) -> dict[str, Any]:
+    """The real server as Kubernetes service discovery would present the serving pod glmops renders."""
     pod = rendered_pod()
-    selector = pod_monitor["spec"]["selector"]["matchLabels"]
-    assert selector.items() <= pod.labels.items(), "the PodMonitor selects the serving pod glmops renders"
-    (endpoint,) = pod_monitor["spec"]["podMetricsEndpoints"]
-    assert endpoint["port"] == pod.container["ports"][0]["name"]
-    discovered = {f"__meta_kubernetes_pod_label_{_meta_label(k)}": v for k, v in pod.labels.items()}
-    discovered |= {"__meta_kubernetes_namespace": NAMESPACE, "__meta_kubernetes_pod_name": POD_NAME}
-    operator_added = [
-        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
-        {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-    ]
-    keys = {"sourceLabels": "source_labels", "targetLabel": "target_label", "regex": "regex", "action": "action"}
-    keys["replacement"] = "replacement"
-    relabel = [{keys[k]: v for k, v in r.items()} for r in endpoint["relabelings"]]
-    return {
-        "job_name": "podMonitor/glmops-system/glmops-vllm/0",
-        "scrape_interval": endpoint["interval"],
-        "metrics_path": endpoint["path"],
-        "static_configs": [{"targets": [target], "labels": discovered}],
-        "relabel_configs": operator_added + relabel,
+    labels = {f"__meta_kubernetes_pod_label_{prom.meta_label(k)}": v for k, v in pod.labels.items()}
+    labels |= {
+        "__meta_kubernetes_namespace": NAMESPACE,
+        "__meta_kubernetes_pod_name": POD_NAME,
+        "__meta_kubernetes_pod_container_port_name": pod.container["ports"][0]["name"],
     }
+    return {"static_configs": [{"targets": [target], "labels": labels}]}
 
 
 @pytest.fixture(scope="module")
 def prometheus(real_vllm: RealServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary, promtool = shutil.which("prometheus"), shutil.which("promtool")
-    if binary is None or promtool is None:
-        pytest.skip("prometheus is not installed: run hack/system-deps.sh (Debian package prometheus)")
-    objects = _chart_objects()
+    _, promtool = prom.binaries()
+    objects = prom.chart_monitoring(VALUES)
     work = tmp_path_factory.mktemp("prometheus")
     rules = work / "rules.yaml"
     rules.write_text(yaml.safe_dump({"groups": objects["PrometheusRule"]["spec"]["groups"]}))
     check = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
-    scrape = _scrape_config(objects["PodMonitor"], str(urlsplit(real_vllm.url).netloc))
+    job = prom.pod_monitor_job(objects["PodMonitor"], _as_discovered(str(urlsplit(real_vllm.url).netloc)))
     config = {
-        "global": {"scrape_interval": scrape["scrape_interval"], "evaluation_interval": "1s"},
+        "global": {"scrape_interval": job["scrape_interval"], "evaluation_interval": "1s"},
         "rule_files": [str(rules)],
-        "scrape_configs": [scrape],
+        "scrape_configs": [job],
     }
-    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
-    url = f"http://127.0.0.1:{_free_port()}"
-    log = (work / "prometheus.log").open("wb")
-    argv = [binary, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'data'}"]
-    argv += [f"--web.listen-address={urlsplit(url).netloc}"]
-    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        eventually(lambda: _ready(url, process), timeout=60, what="Prometheus to be ready")
+    with prom.running(config, work) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(30)
-        log.close()
-
-
-def _ready(url: str, process: subprocess.Popen[bytes]) -> bool:
-    assert process.poll() is None, "Prometheus exited: see prometheus.log beside its configuration"
-    try:
-        return httpx.get(f"{url}/-/ready").status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 CHAT = {"model": SERVED_NAME, "messages": [{"role": "user", "content": "Count from 1 to 20."}], "max_tokens": 24}
@@ -188,7 +128,7 @@ def _alerts(prometheus: str) -> dict[str, dict[str, Any]]:
 
 
 def _query(prometheus: str, expr: str) -> float | None:
-    result = httpx.get(f"{prometheus}/api/v1/query", params={"query": expr}).json()["data"]["result"]
+    result = prom.query(prometheus, expr)
     return float(result[0]["value"][1]) if result else None
 
 

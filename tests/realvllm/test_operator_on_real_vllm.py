@@ -3,7 +3,8 @@
 A GLMDeployment of the rendered spec (tests/realvllm/rendered.py) goes onto the test cluster; kwok runs its pod,
 and a forwarder puts the session's real server on the pod's IP and port, where the operator's canary daemon asks
 it. The pod carries exactly the command the real server was started from (less the named CPU adaptations).
-The model is random: the canaries must fail, and the user must see why in every place glmops reports it.
+The model is random: the canaries must fail, and the user must see why in every place glmops reports it; the
+chart's PodMonitor must still scrape the pod the gate holds out, through its own IP.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,7 +21,8 @@ import pytest
 
 from glm_operator.api.constants import VLLM_PORT
 from tests.conftest import TEST_METRICS_PORT, OperatorProcess
-from tests.realvllm.conftest import RealServer
+from tests.realvllm import prometheus as prom
+from tests.realvllm.conftest import SERVED_NAME, RealServer
 from tests.realvllm.forwarder import Forwarder
 from tests.realvllm.rendered import SPEC, rendered_pod
 from tests.support.cluster import Kubectl, eventually
@@ -75,6 +78,55 @@ def test_the_pod_runs_the_command_the_real_server_was_started_from(
     container = pod["spec"]["containers"][0]
     assert [*container["command"], *container["args"]] == rendered_pod().argv
     assert {e["name"]: e.get("value") for e in container.get("env") or []} == rendered_pod().env
+
+
+def _discovered(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod as Prometheus' Kubernetes pod discovery presents it, read from the API server's own object.
+
+    Debian's Prometheus is built without Kubernetes discovery, so the target and its __meta labels are written as a
+    static config, from the live pod: its labels, namespace, name, IP and the container port glmops declared.
+    """
+    (port,) = pod["spec"]["containers"][0]["ports"]
+    labels = {f"__meta_kubernetes_pod_label_{prom.meta_label(k)}": v for k, v in pod["metadata"]["labels"].items()}
+    labels |= {
+        "__meta_kubernetes_namespace": pod["metadata"]["namespace"],
+        "__meta_kubernetes_pod_name": pod["metadata"]["name"],
+        "__meta_kubernetes_pod_container_port_name": port["name"],
+    }
+    target = f"{pod['status']['podIP']}:{port['containerPort']}"
+    return {"static_configs": [{"targets": [target], "labels": labels}]}
+
+
+def test_the_chart_pod_monitor_scrapes_the_held_out_pod_through_its_own_ip(
+    backed_pod: tuple[dict[str, Any], float], kubectl: Kubectl, namespace: str, tmp_path: Path
+) -> None:
+    pod, _ = backed_pod
+    objects = prom.chart_monitoring(["monitoring.serviceMonitor.enabled=true", "monitoring.serviceMonitor.interval=1s"])
+    job = prom.pod_monitor_job(objects["PodMonitor"], _discovered(pod))
+    with prom.running({"global": {"scrape_interval": "1s"}, "scrape_configs": [job]}, tmp_path) as url:
+
+        def scraped() -> dict[str, str]:
+            targets = prom.query(url, 'up{job="glmops-vllm"}')
+            assert len(targets) == 1 and targets[0]["value"][1] == "1", targets
+            up = targets[0]
+            selector = f'namespace="{namespace}",glmdeployment="{NAME}"'
+            running = prom.query(url, f"vllm:num_requests_running{{{selector}}}")
+            assert running and running[0]["metric"]["model_name"] == SERVED_NAME, "vLLM's own series, relabelled"
+            labels: dict[str, str] = up["metric"]
+            return labels
+
+        labels = eventually(scraped, timeout=60, what="Prometheus to scrape the pod")
+    assert labels == {
+        "__name__": "up",
+        "job": "glmops-vllm",
+        "namespace": namespace,
+        "glmdeployment": NAME,
+        "pod": pod["metadata"]["name"],
+        "instance": f"{pod['status']['podIP']}:{VLLM_PORT}",
+    }
+    # Scraped while its readiness gate keeps it out of the Service: the pods most worth watching.
+    conditions = {c["type"]: c["status"] for c in _serving_pod(kubectl, namespace)["status"]["conditions"]}
+    assert conditions["Ready"] == "False"
 
 
 def test_a_random_model_behind_a_pod_fails_its_canaries_and_never_joins_the_service(
