@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, cast
 
 import kopf
@@ -69,10 +70,13 @@ def refresh(namespace: str, name: str, context: Runtime, logger: Any) -> dict[st
     return body
 
 
-def _owned_event(type: str, meta: kopf.Meta, logger: kopf.Logger, memo: kopf.Memo, **_: Any) -> None:
-    """An owned object changed or vanished: restore what drifted and refresh readiness."""
+async def _owned_event(type: str, meta: kopf.Meta, logger: kopf.Logger, memo: kopf.Memo, **_: Any) -> None:
+    """An owned object changed or vanished: restore what drifted and refresh readiness (bursts coalesced)."""
     parent = _parent(meta)
-    body = refresh(*parent, runtime(memo), logger) if parent else None
+    if parent is None:
+        return
+    context = runtime(memo)
+    body = await context.refreshes.request(parent, lambda: asyncio.to_thread(refresh, *parent, context, logger))
     if body is not None and type == "DELETED":
         kopf.info(
             kopf.Body(cast(kopf.RawBody, body)),

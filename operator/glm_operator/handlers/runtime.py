@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from glm_operator.k8s.catalog import CatalogSource
+from glm_operator.planner.coalesce import Coalescer
 from glm_operator.render.imagebuild import BuildSettings
 
 REGISTRATION = BuildSettings.from_env(os.environ)
@@ -24,6 +25,7 @@ REGISTRATION = BuildSettings.from_env(os.environ)
 class Runtime:
     catalogs: CatalogSource
     image_build: BuildSettings
+    refreshes: Coalescer = field(default_factory=Coalescer)  # owned-object events, one refresh per burst
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Runtime:

@@ -1,0 +1,50 @@
+"""Coalesce bursts of "look at this deployment again" into as few runs as keep it correct.
+
+Each owned object's watch event asks for its GLMDeployment to be refreshed (read, plan, apply what drifted). A new
+deployment's four owned objects and their controllers' status writes send a dozen events within a second; running a
+full refresh for each costs a GET and five LISTs every time. Here each key has at most one run in flight and one
+queued: a request while a run is in flight marks the key dirty and is served by one more run that starts after it
+(so it sees every change made before the request), however many requests came meanwhile. This is the work queue
+controller-runtime gives Go controllers. Pure asyncio: the run itself is passed in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any
+
+
+class Coalescer:
+    def __init__(self) -> None:
+        self._running: dict[Hashable, asyncio.Task[None]] = {}
+        self._waiters: dict[Hashable, list[asyncio.Future[Any]]] = {}
+        self.runs = 0
+
+    async def request(self, key: Hashable, run: Callable[[], Awaitable[Any]]) -> Any:
+        """Return the result of a run of `run` for `key` that started after this call."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(key, []).append(future)
+        if key not in self._running:
+            self._running[key] = asyncio.create_task(self._drain(key, run))
+        return await asyncio.shield(future)
+
+    async def _drain(self, key: Hashable, run: Callable[[], Awaitable[Any]]) -> None:
+        try:
+            while waiters := self._waiters.pop(key, []):
+                self.runs += 1
+                try:
+                    result = await run()
+                except Exception as err:  # noqa: BLE001 - every waiter of this run gets its error
+                    for waiter in waiters:
+                        if not waiter.done():
+                            waiter.set_exception(err)
+                    continue
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(result)
+        finally:
+            self._running.pop(key, None)
+            for waiter in self._waiters.pop(key, []):  # cancelled mid-run: nobody waits forever
+                if not waiter.done():
+                    waiter.cancel()
