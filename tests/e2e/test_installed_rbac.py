@@ -24,7 +24,7 @@ from glm_operator.canary.gsm8k_data import generate
 from tests.conftest import ARTIFACTS
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually
-from tests.support.installed import InstalledOperator, can_i
+from tests.support.installed import InstalledOperator, can_i, kubectl_as
 from tests.support.wheel import build_plugin_wheel
 
 pytestmark = pytest.mark.cluster
@@ -287,3 +287,65 @@ def test_a_namespaced_operator_writes_only_where_it_watches(
         return
     for ns in (release.other, "kube-system", "default"):
         assert not can_i(cluster, token, verb, resource, ns), f"{verb} {resource} in {ns}"
+
+
+# -- what RBAC cannot say: the chart's admission policy on the operator's own writes --------------------------
+def _refused(proc: subprocess.CompletedProcess[str], why: str) -> None:
+    assert proc.returncode != 0, f"the operator's token was allowed to {why}: {proc.stdout}"
+    assert "forbidden" in proc.stderr.lower() or "denied" in proc.stderr.lower(), proc.stderr
+
+
+def _config_map(name: str, namespace: str, labels: dict[str, str]) -> str:
+    meta = {"name": name, "namespace": namespace, "labels": labels}
+    return json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": "v"}})
+
+
+MANAGED = {"app.kubernetes.io/managed-by": "glmops"}
+
+
+def test_the_operator_creates_nothing_unlabelled_and_nothing_in_system_namespaces(
+    release: Release, cluster: Cluster
+) -> None:
+    create = ("create", "--dry-run=server", "-f", "-")
+    allowed = kubectl_as(cluster, release.token, *create, input=_config_map("ok", release.work, MANAGED))
+    assert allowed.returncode == 0, f"a labelled object where it works is the operator's: {allowed.stderr}"
+    unlabelled = kubectl_as(cluster, release.token, *create, input=_config_map("x", release.work, {}))
+    _refused(unlabelled, "create an object not labelled as glmops'")
+    assert "managed-by=glmops" in unlabelled.stderr
+    system = kubectl_as(cluster, release.token, *create, input=_config_map("x", "kube-system", MANAGED))
+    _refused(system, "create a labelled object in kube-system")
+
+
+def test_the_operator_cannot_take_over_or_delete_foreign_objects(
+    release: Release, cluster: Cluster, kubectl: Kubectl
+) -> None:
+    kubectl.run("create", "configmap", "foreign", "-n", release.work, "--from-literal=k=v", check=False)
+    relabel = (
+        "label",
+        "configmap",
+        "foreign",
+        "-n",
+        release.work,
+        "--dry-run=server",
+        "app.kubernetes.io/managed-by=glmops",
+    )
+    _refused(kubectl_as(cluster, release.token, *relabel), "relabel a foreign object as glmops'")
+    delete = ("delete", "configmap", "foreign", "-n", release.work, "--dry-run=server")
+    _refused(kubectl_as(cluster, release.token, *delete), "delete a foreign object")
+    assert kubectl.get("configmap", "foreign", release.work)
+
+
+def test_the_gate_writer_writes_the_status_of_serving_pods_only(
+    release: Release, cluster: Cluster, kubectl: Kubectl
+) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "bystander", "namespace": release.work},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+    kubectl.apply(pod)
+    condition = {"status": {"conditions": [{"type": "glmops.dev/canary", "status": "True"}]}}
+    patch = ("patch", "pod", "bystander", "-n", release.work, "--subresource=status", "--type=strategic")
+    proc = kubectl_as(cluster, release.token, *patch, "--dry-run=server", "-p", json.dumps(condition))
+    _refused(proc, "write the status of a pod that is not a glmops serving pod")

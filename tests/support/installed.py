@@ -216,12 +216,31 @@ class InstalledOperator:
         return [line for line in self.log().splitlines() if FORBIDDEN.search(line)]
 
 
+def kubectl_as(cluster: Cluster, token: str, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """kubectl with nothing but `token` for credentials (no kubeconfig, no admin fallback)."""
+    admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    server = admin["clusters"][0]["cluster"]["server"]
+    return subprocess.run(
+        [
+            cluster.kubectl.binary,
+            "--kubeconfig=/dev/null",
+            f"--server={server}",
+            f"--certificate-authority={cluster.ca_cert}",
+            f"--token={token}",
+            *args,
+        ],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
 def can_i(cluster: Cluster, token: str, verb: str, resource: str, namespace: str = "", **extra: str) -> bool:
     """A real SelfSubjectAccessReview made with `token`: may it `verb` `resource` (`pods/status`, `jobs.batch`)?"""
-    attrs: dict[str, str] = {"verb": verb, **extra}
     name, _, sub = resource.partition("/")
     res, _, api_group = name.partition(".")
-    attrs.update(resource=res, group=api_group)
+    attrs: dict[str, str] = {"verb": verb, "resource": res, "group": api_group, **extra}
     if sub:
         attrs["subresource"] = sub
     if namespace:
@@ -231,25 +250,6 @@ def can_i(cluster: Cluster, token: str, verb: str, resource: str, namespace: str
         "kind": "SelfSubjectAccessReview",
         "spec": {"resourceAttributes": attrs},
     }
-    admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
-    server = admin["clusters"][0]["cluster"]["server"]
-    proc = subprocess.run(
-        [
-            cluster.kubectl.binary,
-            f"--server={server}",
-            f"--certificate-authority={cluster.ca_cert}",
-            f"--token={token}",
-            "--kubeconfig=/dev/null",
-            "create",
-            "-o",
-            "json",
-            "-f",
-            "-",
-        ],
-        input=json.dumps(review),
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    proc = kubectl_as(cluster, token, "create", "-o", "json", "-f", "-", input=json.dumps(review))
     assert proc.returncode == 0, proc.stderr
     return bool(json.loads(proc.stdout)["status"].get("allowed"))
