@@ -1,9 +1,15 @@
-"""The readiness gate: a daemon per serving pod runs the canaries and writes glmops.dev/canary."""
+"""The readiness gate: a task per serving pod runs the canaries and writes glmops.dev/canary.
+
+The tasks follow the pod watch (`kopf.on.event`), not kopf daemons: a daemon keeps its pod with a finalizer,
+which would stall every pod, scale-down and namespace deletion while the operator is down or uninstalled.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
+import logging
 from typing import Any, cast
 
 import kopf
@@ -12,52 +18,123 @@ import kubernetes
 from glm_operator.api import GLMDeployment
 from glm_operator.api.constants import LABEL_DEPLOYMENT, LABEL_POD_INDEX, LABEL_ROLE, ROLE_GROUP, SERVING, VLLM_PORT
 from glm_operator.canary.client import EndpointError, OpenAIClient
+from glm_operator.canary.peering import paused_by_peers
 from glm_operator.canary.suite import SuiteInputs, run_suite
+from glm_operator.canary.supervisor import PodTasks, WatchedPod
 from glm_operator.handlers.runtime import Runtime, runtime
 from glm_operator.k8s import objects, pods
 from glm_operator.k8s.canary_data import gsm8k_for
 from glm_operator.k8s.metrics import record_suite
-from glm_operator.render.canary_state import GateState, pod_is_serving_ready, suite_inputs_for, summarize
+from glm_operator.k8s.peering import read_peers
+from glm_operator.render.canary_state import (
+    GateState,
+    gate_condition,
+    pod_is_serving_ready,
+    suite_inputs_for,
+    summarize,
+)
 
+log = logging.getLogger(__name__)
 UNREACHABLE_RETRY_S = 5.0
+PEERING_CHECK_S = 5.0
 
 
-@kopf.daemon("v1", "pods", id="glmops-canary", labels=SERVING, cancellation_timeout=5)
-async def canary_gate(
-    name: str,
-    namespace: str | None,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    stopped: kopf.DaemonStopped,
-    logger: kopf.Logger,
-    memo: kopf.Memo,
-    **_: Any,
-) -> None:
-    """Run the suite when the pod's server is up; keep re-checking at the deployment's interval."""
+@kopf.on.startup(id="glmops-canary-gates")
+async def start_gates(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """Start the registry of per-pod gate tasks, and follow kopf's peering so they pause when kopf does."""
     context = runtime(memo)
-    labels = meta.get("labels", {})
+    memo.gates = PodTasks(lambda pod: canary_gate(pod, context))
+    if not settings.peering.standalone:
+        memo.gates_peering = asyncio.create_task(_follow_peering(memo.gates, settings))
+
+
+@kopf.on.cleanup(id="glmops-canary-gates")
+async def stop_gates(memo: kopf.Memo, **_: Any) -> None:
+    """Stop every gate task on shutdown (the pods keep their last gate; nothing blocks their deletion)."""
+    follower = getattr(memo, "gates_peering", None)
+    if follower is not None:
+        follower.cancel()
+    gates = getattr(memo, "gates", None)
+    if isinstance(gates, PodTasks):
+        await gates.close()
+
+
+@kopf.on.event("v1", "pods", id="glmops-canary", labels=SERVING)
+async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    """Hand a serving pod's watch event to its gate task (no finalizer, no patch of the pod itself)."""
+    gates = getattr(memo, "gates", None)
+    if isinstance(gates, PodTasks):
+        gates.observe(event.get("type"), cast(dict[str, Any], event["object"]))
+
+
+async def canary_gate(pod: WatchedPod, context: Runtime) -> None:
+    """Run the suite when the pod's server is up; keep re-checking at the deployment's interval."""
+    labels = pod.labels
     parent = labels.get(LABEL_DEPLOYMENT, "")
-    namespace = namespace or "default"
+    if not parent:
+        return  # labelled serving but owned by no GLMDeployment: nothing to check it against
     if labels.get(LABEL_ROLE) == ROLE_GROUP and labels.get(LABEL_POD_INDEX, "0") != "0":
-        await _mirror_leader(namespace, name, stopped)
+        await _mirror_leader(pod)
         return
-    state = GateState()  # lives as long as the daemon: nothing below may end it but the pod going away
-    while not stopped:
-        if not pod_is_serving_ready(dict(status)) or not status.get("podIP"):
-            await stopped.wait(2)
+    state = GateState()  # lives as long as the task: nothing below may end it but the pod going away
+    delay: float | None = await asyncio.to_thread(_resume_delay, pod, parent, state)
+    if delay:
+        await pod.wait(delay)
+    while not pod.stopped:
+        status = pod.status
+        if not pod_is_serving_ready(status) or not status.get("podIP"):
+            await pod.wait(2, or_change=True)
             continue
         try:
-            delay = await _check_once(namespace, parent, name, str(status["podIP"]), state, context)
+            delay = await _check_once(pod.namespace, parent, pod.name, str(status["podIP"]), state, context)
         except EndpointError as err:  # not up yet, or not this model's server: ask again soon
-            logger.info(f"canary could not reach the pod yet: {err}")
+            log.info("canary could not reach pod %s/%s yet: %s", pod.namespace, pod.name, err)
             delay = UNREACHABLE_RETRY_S
         except Exception as err:  # noqa: BLE001 - an unexpected answer must not end the gate and lose its counts
             delay = state.could_not_run()
-            logger.warning(f"canary could not run on pod {name}: {type(err).__name__}: {err}; next in {delay:.0f}s")
+            log.warning(
+                "canary could not run on pod %s/%s: %s: %s; next in %.0fs",
+                pod.namespace,
+                pod.name,
+                type(err).__name__,
+                err,
+                delay,
+            )
         if delay is None:
             return  # the GLMDeployment is gone
-        await stopped.wait(delay)
-    await asyncio.to_thread(_forget, namespace, parent, name)
+        await pod.wait(delay)
+    if pod.gone:  # the pod was deleted: its report goes; an operator that stops or pauses keeps them
+        await asyncio.to_thread(_forget, pod.namespace, parent, pod.name)
+
+
+def _resume_delay(pod: WatchedPod, parent: str, state: GateState) -> float:
+    """After a restart: trust a recent verdict recorded in status instead of asking every pod again at once."""
+    body = objects.get_glmdeployment(pod.namespace, parent)
+    if body is None:
+        return 0.0
+    report = (((body.get("status") or {}).get("canary") or {}).get("pods") or {}).get(pod.name)
+    recheck = GLMDeployment.model_validate(body).spec.canary.recheck_seconds
+    return state.resume(gate_condition(pod.body), report, recheck)
+
+
+async def _follow_peering(gates: PodTasks, settings: kopf.OperatorSettings) -> None:
+    """Pause the gate tasks while kopf's peering says another replica is the active one."""
+    while True:
+        namespaces: list[str | None] = [None]
+        if not settings.peering.clusterwide:  # kopf keeps one peering object per served namespace
+            namespaces = list(sorted(gates.namespaces_seen))
+        try:
+            now = datetime.datetime.now(datetime.UTC)
+            peers = [await asyncio.to_thread(read_peers, settings.peering.name, ns) for ns in namespaces]
+            paused = any(paused_by_peers(p, settings.peering.priority, now) for p in peers)
+        except Exception as err:  # noqa: BLE001 - an unreadable peering object keeps the last decision
+            log.warning("could not read the peering object %s: %s", settings.peering.name, err)
+        else:
+            if paused:
+                await gates.pause()
+            else:
+                gates.resume()
+        await asyncio.sleep(PEERING_CHECK_S)
 
 
 async def _check_once(
@@ -90,16 +167,16 @@ async def _check_once(
     return state.next_delay(result, inputs.config.recheck_seconds)
 
 
-async def _mirror_leader(namespace: str, name: str, stopped: kopf.DaemonStopped) -> None:
+async def _mirror_leader(pod: WatchedPod) -> None:
     """A headless node of a StatefulSet group serves no HTTP: it is as ready as its group's leader."""
-    leader = name.rsplit("-", 1)[0] + "-0"
-    while not stopped:
-        gate = await asyncio.to_thread(pods.get_gate, namespace, leader)
+    leader = pod.name.rsplit("-", 1)[0] + "-0"
+    while not pod.stopped:
+        gate = await asyncio.to_thread(pods.get_gate, pod.namespace, leader)
         if gate is not None:
             await asyncio.to_thread(
-                pods.set_gate, namespace, name, gate[0], gate[1], f"group leader {leader}: {gate[2]}"
+                pods.set_gate, pod.namespace, pod.name, gate[0], gate[1], f"group leader {leader}: {gate[2]}"
             )
-        await stopped.wait(5)
+        await pod.wait(5)
 
 
 def _forget(namespace: str, parent: str, pod: str) -> None:

@@ -7,6 +7,7 @@ unlucky answer does not flap it.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -17,6 +18,7 @@ from glm_operator.canary.gsm8k_data import Item
 from glm_operator.canary.results import SuiteResult
 from glm_operator.canary.suite import DEFAULT_GSM8K_EXPECTED, DEFAULT_GSM8K_THRESHOLD, SuiteInputs
 from glm_operator.catalog.bundle import Catalogs
+from glm_operator.render.workloads import CANARY_CONDITION
 
 Decision = tuple[Literal["True", "False"], str, str]
 FIRST_RETRY_S, MAX_RETRY_S = 15.0, 600.0
@@ -42,6 +44,27 @@ class GateState:
         """The suite could not run this time: how long to wait before the next attempt."""
         self.unreachable += 1
         return float(min(FIRST_UNREACHABLE_S * 2.0 ** (self.unreachable - 1), MAX_UNREACHABLE_S))
+
+    def resume(
+        self, condition: str | None, report: Any, recheck_seconds: int, now: datetime.datetime | None = None
+    ) -> float:
+        """Pick up after an operator restart from what the pod and status recorded: the delay to the first run.
+
+        A pod whose gate is True and whose last report passed within `recheck_seconds` is trusted until its
+        next re-check is due, so a restarted operator does not send every serving pod the whole suite at once.
+        """
+        if condition not in ("True", "False"):
+            return 0.0
+        self.gate = condition
+        if condition != "True" or not isinstance(report, dict) or report.get("passed") is not True:
+            return 0.0
+        checked = parse_rfc3339(report.get("checkedAt"))
+        if checked is None:
+            return 0.0
+        if recheck_seconds <= 0:
+            return NEVER_S
+        age = ((now or datetime.datetime.now(datetime.UTC)) - checked).total_seconds()
+        return max(float(recheck_seconds) - max(age, 0.0), 0.0)
 
     def observe(self, result: SuiteResult, failures_to_unready: int) -> Decision | None:
         self.unreachable = 0
@@ -70,6 +93,25 @@ class GateState:
             "message": "; ".join(c.summary() for c in (result.failed() or result.checks)),
             "checkedAt": now_rfc3339(),
         }
+
+
+def gate_condition(pod: dict[str, Any]) -> str | None:
+    """The status ("True"/"False") of the canary readiness-gate condition a pod carries, if any."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == CANARY_CONDITION:
+            status = cond.get("status")
+            return status if status in ("True", "False") else None
+    return None
+
+
+def parse_rfc3339(value: Any) -> datetime.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
 
 
 def suite_inputs_for(body: dict[str, Any], catalogs: Catalogs, questions: list[Item], shots: list[Item]) -> SuiteInputs:

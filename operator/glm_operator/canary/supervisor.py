@@ -1,0 +1,158 @@
+"""One asyncio task per serving pod, started and stopped from the pod watch, holding no lock on the pod.
+
+kopf's daemons keep their pod with a finalizer until the daemon has stopped, so a down or uninstalled
+operator would stall every pod deletion, scale-down and namespace deletion. The canary gate therefore runs in
+tasks of its own: the pod watch hands each event to `PodTasks.observe`, which starts the pod's task once and
+afterwards only passes it the newest pod body; a deleted or terminating pod's task is stopped. While another
+operator replica is the active one (`pause`), no task runs, as kopf stops its daemons then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+PodKey = tuple[str, str]  # namespace, name
+STOP_TIMEOUT_S = 5.0
+
+
+@dataclass(eq=False)
+class WatchedPod:
+    """What a pod's task sees: the newest body from the watch, and whether it must stop."""
+
+    namespace: str
+    name: str
+    body: dict[str, Any]
+    gone: bool = False  # stopped because the pod was deleted (not because the operator stops or pauses)
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return dict(self.body.get("status") or {})
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return dict((self.body.get("metadata") or {}).get("labels") or {})
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    async def wait(self, seconds: float, *, or_change: bool = False) -> None:
+        """Sleep up to `seconds`; wake early when told to stop, or (if asked) when the pod changes."""
+        self._changed.clear()
+        waiters = [asyncio.ensure_future(self._stop.wait())]
+        if or_change:
+            waiters.append(asyncio.ensure_future(self._changed.wait()))
+        try:
+            await asyncio.wait(waiters, timeout=max(seconds, 0.0), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    def update(self, body: dict[str, Any]) -> None:
+        self.body = body
+        self._changed.set()
+
+    def stop(self, *, gone: bool = False) -> None:
+        self.gone = self.gone or gone
+        self._stop.set()
+
+
+GateRun = Callable[[WatchedPod], Awaitable[None]]
+
+
+def is_terminating(body: dict[str, Any]) -> bool:
+    return bool((body.get("metadata") or {}).get("deletionTimestamp"))
+
+
+class PodTasks:
+    """The running gate tasks, keyed by pod; every method is called from the operator's event loop."""
+
+    def __init__(self, run: GateRun) -> None:
+        self._run = run
+        self._tasks: dict[PodKey, tuple[WatchedPod, asyncio.Task[None]]] = {}
+        self._paused = False
+        self.namespaces_seen: set[str] = set()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def running(self) -> list[PodKey]:
+        return sorted(key for key, (_, task) in self._tasks.items() if not task.done())
+
+    def observe(self, event_type: str | None, body: dict[str, Any]) -> None:
+        """One watch event of a serving pod: start its task, hand it the new body, or stop it."""
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        self.namespaces_seen.add(key[0])
+        if event_type == "DELETED" or is_terminating(body):
+            self._stop(key, gone=True)
+            return
+        current = self._tasks.get(key)
+        if current is not None and not current[1].done():
+            if current[0].body.get("metadata", {}).get("uid") == meta.get("uid"):
+                current[0].update(body)
+                return
+            self._stop(key, gone=True)  # same name, new pod (a StatefulSet's replacement): a fresh gate
+        if not self._paused:
+            self._start(key, body)
+
+    async def pause(self) -> None:
+        """Another replica is active: stop every task (the next watch events after resume restart them)."""
+        if self._paused:
+            return
+        self._paused = True
+        log.info("canary gates paused: another operator replica is active (%d stopped)", len(self._tasks))
+        await self.close()
+
+    def resume(self) -> None:
+        if self._paused:
+            log.info("canary gates resumed: this operator replica is active")
+        self._paused = False
+
+    async def close(self) -> None:
+        """Stop every task and wait (bounded) for them to finish."""
+        for key in list(self._tasks):
+            self._stop(key)
+        tasks = [task for _, task in self._tasks.values()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
+        for task in tasks:
+            task.cancel()
+        self._tasks.clear()
+
+    def _start(self, key: PodKey, body: dict[str, Any]) -> None:
+        pod = WatchedPod(key[0], key[1], body)
+        task = asyncio.get_running_loop().create_task(self._guarded(pod), name=f"glmops-canary/{key[0]}/{key[1]}")
+        self._tasks[key] = (pod, task)
+
+    def _stop(self, key: PodKey, *, gone: bool = False) -> None:
+        found = self._tasks.pop(key, None)
+        if found is None:
+            return
+        pod, task = found
+        pod.stop(gone=gone)
+        # A task that does not notice within the timeout (stuck in I/O) is cancelled.
+        asyncio.get_running_loop().call_later(STOP_TIMEOUT_S, task.cancel)
+
+    async def _guarded(self, pod: WatchedPod) -> None:
+        try:
+            await self._run(pod)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - one pod's gate failing must never end the others
+            log.exception("canary gate for pod %s/%s ended with an error", pod.namespace, pod.name)
+        finally:
+            current = self._tasks.get((pod.namespace, pod.name))
+            if current is not None and current[0] is pod:
+                del self._tasks[(pod.namespace, pod.name)]
+            with contextlib.suppress(Exception):
+                pod.stop()

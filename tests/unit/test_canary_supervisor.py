@@ -1,0 +1,204 @@
+"""The gate's per-pod tasks: started and fed from the pod watch, stopped on deletion or pause; peering; resume."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from typing import Any
+
+import pytest
+
+from glm_operator.canary.peering import paused_by_peers
+from glm_operator.canary.supervisor import PodTasks, WatchedPod
+from glm_operator.render.canary_state import NEVER_S, GateState
+
+NOW = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.UTC)
+
+
+def _pod(name: str = "p-0", uid: str = "u1", phase: str = "Running", deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": uid, "labels": {}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-30T12:00:00Z"
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+class Recorder:
+    """A gate body that records the phases it saw and how it ended."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, list[str]] = {}
+        self.ended: dict[str, bool] = {}
+
+    async def __call__(self, pod: WatchedPod) -> None:
+        while not pod.stopped:
+            self.seen.setdefault(pod.name, []).append(pod.status.get("phase", ""))
+            await pod.wait(10, or_change=True)
+        self.ended[pod.name] = pod.gone
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_one_task_per_pod_sees_every_new_body_and_ends_when_the_pod_is_deleted() -> None:
+    async def scenario() -> Recorder:
+        rec = Recorder()
+        tasks = PodTasks(rec)
+        tasks.observe(None, _pod(phase="Pending"))
+        await _settle()
+        tasks.observe("MODIFIED", _pod(phase="Running"))
+        await _settle()
+        assert tasks.running() == [("ns", "p-0")]
+        tasks.observe("DELETED", _pod())
+        await _settle()
+        assert tasks.running() == []
+        return rec
+
+    rec = asyncio.run(scenario())
+    assert rec.seen == {"p-0": ["Pending", "Running"]}
+    assert rec.ended == {"p-0": True}, "a deleted pod's task knows the pod is gone (its report is dropped)"
+
+
+def test_a_terminating_pod_stops_its_gate_at_once() -> None:
+    async def scenario() -> Recorder:
+        rec = Recorder()
+        tasks = PodTasks(rec)
+        tasks.observe(None, _pod())
+        await _settle()
+        tasks.observe("MODIFIED", _pod(deleting=True))
+        await _settle()
+        assert tasks.running() == []
+        tasks.observe("MODIFIED", _pod(deleting=True))  # later events of a terminating pod start nothing
+        await _settle()
+        assert tasks.running() == []
+        return rec
+
+    assert asyncio.run(scenario()).ended == {"p-0": True}
+
+
+def test_a_replacement_pod_with_the_same_name_gets_a_fresh_gate() -> None:
+    async def scenario() -> Recorder:
+        rec = Recorder()
+        tasks = PodTasks(rec)
+        tasks.observe(None, _pod(uid="old"))
+        await _settle()
+        tasks.observe("ADDED", _pod(uid="new", phase="Pending"))
+        await _settle()
+        assert tasks.running() == [("ns", "p-0")]
+        await tasks.close()
+        return rec
+
+    rec = asyncio.run(scenario())
+    assert rec.seen["p-0"] == ["Running", "Pending"], "the new pod's task starts from its own body"
+
+
+def test_pausing_stops_every_gate_without_calling_the_pods_gone_and_starts_none_until_resumed() -> None:
+    async def scenario() -> Recorder:
+        rec = Recorder()
+        tasks = PodTasks(rec)
+        tasks.observe(None, _pod("a"))
+        tasks.observe(None, _pod("b"))
+        await _settle()
+        await tasks.pause()
+        assert tasks.running() == []
+        tasks.observe("MODIFIED", _pod("a"))
+        await _settle()
+        assert tasks.running() == [], "a paused replica runs no canaries"
+        tasks.resume()
+        tasks.observe("MODIFIED", _pod("a"))
+        await _settle()
+        assert tasks.running() == [("ns", "a")]
+        await tasks.close()
+        return rec
+
+    rec = asyncio.run(scenario())
+    assert rec.ended == {"a": False, "b": False}
+
+
+def test_a_gate_that_raises_ends_alone_and_its_pod_can_start_again() -> None:
+    async def scenario() -> list[str]:
+        calls: list[str] = []
+
+        async def flaky(pod: WatchedPod) -> None:
+            calls.append(pod.name)
+            if pod.name == "bad":
+                raise RuntimeError("boom")
+            await pod.wait(10)
+
+        tasks = PodTasks(flaky)
+        tasks.observe(None, _pod("bad"))
+        tasks.observe(None, _pod("good"))
+        await _settle()
+        assert tasks.running() == [("ns", "good")]
+        tasks.observe("MODIFIED", _pod("bad"))
+        await _settle()
+        await tasks.close()
+        return calls
+
+    assert asyncio.run(scenario()) == ["bad", "good", "bad"]
+
+
+def test_close_cancels_a_gate_stuck_in_io_within_its_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("glm_operator.canary.supervisor.STOP_TIMEOUT_S", 0.05)
+
+    async def scenario() -> bool:
+        async def stuck(pod: WatchedPod) -> None:
+            await asyncio.sleep(3600)  # never looks at pod.stopped
+
+        tasks = PodTasks(stuck)
+        tasks.observe(None, _pod())
+        await _settle()
+        await asyncio.wait_for(tasks.close(), timeout=2)
+        return tasks.running() == []
+
+    assert asyncio.run(scenario())
+
+
+def _peer(priority: int, seconds_ago: float = 1, lifetime: int = 60) -> dict[str, Any]:
+    seen = (NOW - datetime.timedelta(seconds=seconds_ago)).isoformat()
+    return {"priority": priority, "lastseen": seen, "lifetime": lifetime}
+
+
+@pytest.mark.parametrize(
+    "peers, paused",
+    [
+        ({}, False),
+        ({"me": _peer(100)}, False),
+        ({"me": _peer(100), "old": _peer(50)}, False),
+        ({"me": _peer(100), "new": _peer(200)}, True),
+        ({"me": _peer(100), "new-but-dead": _peer(200, seconds_ago=120)}, False),
+        ({"me": _peer(100), "twin": _peer(100)}, True),
+        ({"me": _peer(100), "twin-dead": _peer(100, seconds_ago=61)}, False),
+        ({"me": _peer(100), "junk": "not a peer", "bad": {"priority": "x"}}, False),
+        ({"me": _peer(100), "no-lastseen": {"priority": 300}}, True),
+    ],
+)
+def test_the_gates_pause_exactly_when_kopf_peering_pauses_this_replica(peers: dict[str, Any], paused: bool) -> None:
+    assert paused_by_peers(peers, 100, NOW) is paused
+
+
+def _report(passed: bool, minutes_ago: float) -> dict[str, Any]:
+    at = (NOW - datetime.timedelta(minutes=minutes_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"passed": passed, "checkedAt": at}
+
+
+@pytest.mark.parametrize(
+    "condition, report, recheck, delay, gate",
+    [
+        ("True", _report(True, 2), 600, 480.0, "True"),  # trusted until the re-check is due
+        ("True", _report(True, 20), 600, 0.0, "True"),  # overdue: check now
+        ("True", _report(True, 2), 0, NEVER_S, "True"),  # re-checks off: never again
+        ("True", _report(False, 1), 600, 0.0, "True"),  # the last run failed (counting to unready): run now
+        ("True", None, 600, 0.0, "True"),
+        ("True", {"passed": True, "checkedAt": "garbage"}, 600, 0.0, "True"),
+        ("False", _report(False, 1), 600, 0.0, "False"),  # held out: retried at once
+        (None, _report(True, 1), 600, 0.0, None),  # never decided on this pod: run now
+    ],
+)
+def test_a_restarted_operator_trusts_a_recent_passing_verdict(
+    condition: str | None, report: Any, recheck: int, delay: float, gate: str | None
+) -> None:
+    state = GateState()
+    assert state.resume(condition, report, recheck, now=NOW) == pytest.approx(delay)
+    assert state.gate == gate
