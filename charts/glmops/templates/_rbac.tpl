@@ -32,7 +32,7 @@ lists them with the residual risk.
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, list, watch, create, patch, delete]
-# The canary gate's daemon per serving pod (kopf watch, label-selected: handlers/canary.py).
+# The canary gate follows serving pods: a label-selected kopf watch, one task per pod (handlers/canary.py).
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch]
