@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from glm_operator.canary.gsm8k_data import generate
 from tests.conftest import ARTIFACTS
@@ -349,3 +350,42 @@ def test_the_gate_writer_writes_the_status_of_serving_pods_only(
     patch = ("patch", "pod", "bystander", "-n", release.work, "--subresource=status", "--type=strategic")
     proc = kubectl_as(cluster, release.token, *patch, "--dry-run=server", "-p", json.dumps(condition))
     _refused(proc, "write the status of a pod that is not a glmops serving pod")
+
+
+# -- the rules themselves, in every combination of values --------------------------------------------------------
+RENDERED = {
+    "all-namespaces": [],
+    "watched": ["--set", "watchNamespaces={a,b}"],
+    "builds": ["--set", "imageBuild.enabled=true", "--set", "imageBuild.registry=r.example/g"],
+    "builds-secret": [
+        "--set",
+        "imageBuild.enabled=true",
+        "--set",
+        "imageBuild.registry=r",
+        "--set",
+        "imageBuild.pushSecret=p",
+    ],
+    "no-webhook": ["--set", "webhook.enabled=false"],
+}
+
+
+@pytest.mark.parametrize("flags", list(RENDERED.values()), ids=list(RENDERED))
+def test_no_rendered_rule_grants_wildcards_rbac_or_unnamed_secrets(cluster: Cluster, flags: list[str]) -> None:
+    out = subprocess.run(
+        [cluster.helm, "template", "glmops", str(REPO / "charts" / "glmops"), "-n", "ops", *flags],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    roles = [d for d in yaml.safe_load_all(out) if d and d["kind"] in ("Role", "ClusterRole")]
+    assert roles
+    for role in roles:
+        for rule in role["rules"]:
+            where = f"{role['kind']} {role['metadata'].get('namespace', '')}: {rule}"
+            assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], where
+            assert not {"escalate", "bind", "impersonate", "deletecollection"} & set(rule["verbs"]), where
+            assert "rbac.authorization.k8s.io" not in rule["apiGroups"], where
+            assert not {"pods/exec", "pods/attach", "serviceaccounts/token", "nodes"} & set(rule["resources"]), where
+            if "secrets" in rule["resources"] or "admissionregistration.k8s.io" in rule["apiGroups"]:
+                assert rule.get("resourceNames") or rule["verbs"] == ["create"], f"unnamed: {where}"
+            assert "secrets" not in rule["resources"] or rule["verbs"] == ["get"], where
+    groups = {g for role in roles for rule in role["rules"] for g in rule["apiGroups"]}
+    assert ("admissionregistration.k8s.io" in groups) is ("webhook.enabled=false" not in flags)
