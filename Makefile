@@ -30,6 +30,11 @@ venv: system-deps $(VENV_STAMP)
 tools: system-deps
 	@cluster/build.sh >/dev/null
 
+# The local cluster's real node (cluster/node.sh): containerd, runc, the CNI plugins, iptables, conntrack.
+.PHONY: node-deps
+node-deps:
+	@hack/node-deps.sh
+
 .PHONY: generate
 generate: venv
 	@.venv/bin/glmctl generate
@@ -48,7 +53,7 @@ vllm-sources: venv
 	@PYTHON=$(PY) hack/vllm-sources.sh >/dev/null
 
 .PHONY: test
-test: venv tools check vllm-sources
+test: venv tools node-deps check vllm-sources
 	@GLMOPS_REQUIRE_VLLM_SRC=1 .venv/bin/pytest -p no:cacheprovider $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory plugin-test
 	@$(MAKE) --no-print-directory realvllm-test
@@ -71,7 +76,7 @@ vllm-cpu-env: system-deps
 	@hack/vllm-cpu-env.sh >/dev/null
 
 .PHONY: realvllm-test
-realvllm-test: venv vllm-cpu-env
+realvllm-test: venv tools vllm-cpu-env
 	@.venv/bin/pytest -p no:cacheprovider tests/realvllm $(REALVLLM_PYTEST_ARGS)
 
 .PHONY: demo

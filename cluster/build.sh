@@ -58,6 +58,11 @@ build_k8s kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
 build_k8s kubectl k8s.io/kubernetes/cmd/kubectl
 go_install kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
 go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
+# The real node (cluster/node.sh) runs a kubelet and kube-proxy from the same Kubernetes release.
+if [[ "${GLMOPS_REAL_NODE:-}" == 1 ]]; then
+  build_k8s kubelet k8s.io/kubernetes/cmd/kubelet
+  build_k8s kube-proxy k8s.io/kubernetes/cmd/kube-proxy
+fi
 
 if ((${#built[@]})); then
   log "built ${built[*]} in $(( $(date +%s) - start ))s into $bin"

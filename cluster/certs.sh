@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Generates the local cluster's CA, serving and client certificates and the service-account key,
-# once per state directory: existing files are kept, missing ones made. Usage: cluster/certs.sh DIR
+# once per state directory: existing files are kept, missing ones made. Usage: cluster/certs.sh DIR [NODE]
+# With NODE (the real node's name, see node.sh) it also makes that kubelet's and kube-proxy's client certificates.
 set -euo pipefail
-dir="$1"; mkdir -p "$dir"; cd "$dir"
+dir="$1"; node="${2:-}"; mkdir -p "$dir"; cd "$dir"
 key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1.key" 2>/dev/null; }
 
 if [[ ! -f ca.crt ]]; then
@@ -36,6 +37,14 @@ sign kube-scheduler "/CN=system:kube-scheduler" clientAuth
 # kwok plays every kubelet (node status, leases, pod status and deletion): it needs broad rights.
 sign webhook "/CN=glmops-webhook" serverAuth "IP:127.0.0.1,DNS:localhost"
 sign kwok "/O=system:masters/CN=kwok" clientAuth
+if [[ -n "$node" ]]; then
+  # The Node authorizer grants a kubelet its own node's objects by this exact user and group.
+  sign "node-$node" "/O=system:nodes/CN=system:node:$node" clientAuth
+  # The built-in ClusterRoleBinding system:node-proxier binds this user to what kube-proxy reads.
+  sign kube-proxy "/CN=system:kube-proxy" clientAuth
+  # What the API server shows the kubelet for logs and exec; the kubelet asks the API server whether it may.
+  sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
+fi
 
 if [[ ! -f sa.pub ]]; then
   openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key 2>/dev/null

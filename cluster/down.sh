@@ -7,6 +7,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/lib.sh"
 
 state="$(state_dir)"
+# The real node first, while the API server can still see its pods go.
+if [[ -d "$state/node" ]]; then "$here/node.sh" down; fi
 for (( i=${#DAEMONS[@]}-1; i>=0; i-- )); do
   name="${DAEMONS[$i]}"
   pidfile="$state/pids/$name.pid"

@@ -26,6 +26,8 @@ require_go() {
 }
 
 cluster_name() { echo "${GLMOPS_CLUSTER:-glmops}"; }
+# The real node's name (cluster/node.sh): the kubelet's identity and its client certificate's subject.
+node_name() { echo "${GLMOPS_NODE_NAME:-$(cluster_name)-node}"; }
 state_dir() { echo "$(cache_root)/clusters/$(cluster_name)"; }
 repo_root() { cd "$here_lib/.." && pwd; }
 
@@ -38,6 +40,8 @@ POD_CIDR="${GLMOPS_POD_CIDR:-127.20.0.0/16}"
 SERVICE_CIDR="${GLMOPS_SERVICE_CIDR:-10.96.0.0/16}"
 # Started in this order, stopped in reverse.
 DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+# The real node's daemons (cluster/node.sh, GLMOPS_REAL_NODE=1): started after the control plane, stopped before it.
+NODE_DAEMONS=(containerd kubelet kube-proxy)
 
 port_free() {
   python3 - "$1" <<'PY'
@@ -87,7 +91,7 @@ start_daemon() {
   echo $! > "$s/pids/$name.pid"
 }
 
-is_daemon() { local d; for d in "${DAEMONS[@]}"; do [[ "$d" == "$1" ]] && return 0; done; return 1; }
+is_daemon() { local d; for d in "${DAEMONS[@]}" "${NODE_DAEMONS[@]}"; do [[ "$d" == "$1" ]] && return 0; done; return 1; }
 
 # wait_for WHAT SECONDS CMD...: retry CMD until it succeeds, or fail naming WHAT. When WHAT starts
 # with one of our daemons' names, its log is shown and an early exit of that daemon fails at once.

@@ -9,6 +9,7 @@
 #   GLMOPS_ETCD_PORT       etcd client port; peer port is this + 1      (default: 12379)
 #   GLMOPS_KCM_PORT / GLMOPS_SCHEDULER_PORT / GLMOPS_KWOK_PORT          (20257 / 20259 / 20247)
 #   GLMOPS_POD_CIDR        fake pod IPs (loopback: nothing leaves the machine) (default: 127.20.0.0/16)
+#   GLMOPS_REAL_NODE       1: also start one real CPU node (cluster/node.sh; needs root) (default: off)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=cluster/lib.sh
@@ -21,6 +22,7 @@ kubeconfig="$state/kubeconfig"
 if cluster_healthy; then
   "$here/certs.sh" "$certs"  # adds any certificate a newer version of this script needs
   log "cluster '$(cluster_name)' already running (apiserver https://127.0.0.1:$APISERVER_PORT)"
+  if [[ "${GLMOPS_REAL_NODE:-}" == 1 ]]; then "$here/node.sh" up; fi
   echo "export KUBECONFIG=$kubeconfig"
   exit 0
 fi
@@ -40,6 +42,13 @@ done
 mkdir -p "$certs" "$logs" "$pids"
 t0=$(date +%s)
 "$here/certs.sh" "$certs"
+# With the real node the API server also needs a client certificate for the kubelet (logs, exec, port-forward).
+kubelet_client=()
+if [[ "${GLMOPS_REAL_NODE:-}" == 1 ]]; then
+  "$here/certs.sh" "$certs" "$(node_name)"
+  kubelet_client=(--kubelet-client-certificate="$certs/apiserver-kubelet-client.crt"
+    --kubelet-client-key="$certs/apiserver-kubelet-client.key" --kubelet-preferred-address-types=InternalIP,Hostname)
+fi
 write_kubeconfig "$kubeconfig" admin
 write_kubeconfig "$state/kcm.kubeconfig" kube-controller-manager
 write_kubeconfig "$state/scheduler.kubeconfig" kube-scheduler
@@ -64,7 +73,7 @@ start_daemon kube-apiserver "$bin/kube-apiserver" \
   --service-cluster-ip-range="$SERVICE_CIDR" \
   --authorization-mode=Node,RBAC --allow-privileged=true \
   --enable-priority-and-fairness=false --profiling=false \
-  --storage-media-type=application/json
+  --storage-media-type=application/json "${kubelet_client[@]}"
 wait_for "kube-apiserver" 120 curl -fsS --cacert "$certs/ca.crt" --cert "$certs/admin.crt" --key "$certs/admin.key" \
   "https://127.0.0.1:$APISERVER_PORT/readyz"
 
@@ -98,5 +107,6 @@ kc apply -f "$fleet" >/dev/null
 want=$(grep -c '^kind: Node' "$fleet")
 wait_for "$want fake GPU nodes Ready" 90 nodes_ready "$want"
 
+if [[ "${GLMOPS_REAL_NODE:-}" == 1 ]]; then "$here/node.sh" up; fi
 log "cluster '$(cluster_name)' up in $(( $(date +%s) - t0 ))s: $want fake GPU nodes, apiserver https://127.0.0.1:$APISERVER_PORT"
 echo "export KUBECONFIG=$kubeconfig"

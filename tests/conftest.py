@@ -84,7 +84,7 @@ class OperatorProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
-    def start(self) -> None:
+    def start(self, wait: bool = True) -> None:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         self.starts += 1
         log = open(ARTIFACTS / f"{self.name}-{self.starts}.log", "wb")  # noqa: SIM115 (owned by the process)
@@ -115,7 +115,8 @@ class OperatorProcess:
             assert "glmops-validate.glmops.dev" in out.stderr, out.stderr or out.stdout
             return True
 
-        eventually(webhooks_answer, timeout=90, what="the operator's admission webhooks to answer")
+        if wait:
+            eventually(webhooks_answer, timeout=90, what="the operator's admission webhooks to answer")
 
     def stop(self, kill: bool = False) -> None:
         if self.proc is None:

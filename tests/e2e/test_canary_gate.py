@@ -223,3 +223,48 @@ def test_a_ready_pod_that_degrades_is_taken_out_after_consecutive_failed_recheck
         timeout=60,
         what="readyReplicas 0",
     )
+
+
+def test_a_pod_whose_api_is_broken_is_held_out_with_the_reason_and_rejoins_once_it_answers(
+    kubectl: Kubectl, namespace: str
+) -> None:
+    import os
+    import signal
+    import subprocess
+
+    import httpx
+
+    obj = B("broken-api").model("zai-org/GLM-5.3").accelerator("GB300").tensor(4).build()
+    obj["metadata"]["annotations"] = {"sim.glmops.dev/endpoint-fault": "http-500"}  # /health stays green
+    kubectl.apply(obj, "-n", namespace)
+
+    def held_out() -> dict[str, Any]:
+        pods = _pods(kubectl, namespace, "broken-api")
+        assert len(pods) == 1, pods
+        pod = pods[0]
+        gate = _conds(pod).get("glmops.dev/canary") or {}
+        assert gate.get("reason") == "CanaryUnreachable", gate
+        return pod
+
+    pod = eventually(held_out, timeout=120, what="the pod to be held out as unreachable")
+    assert "HTTP 500" in _conds(pod)["glmops.dev/canary"]["message"]
+    assert _conds(pod)["Ready"]["status"] == "False"
+    report = kubectl.get("glmd", "broken-api", namespace)["status"]["canary"]["pods"][pod["metadata"]["name"]]
+    assert report["passed"] is False and report["failed"] == ["unreachable"] and "HTTP 500" in report["message"]
+    events = kubectl.run("get", "events", "-n", namespace, "--field-selector", "involvedObject.name=broken-api").stdout
+    assert "CanaryUnreachable" in events
+    metrics = httpx.get(f"http://127.0.0.1:{TEST_METRICS_PORT}/metrics").text
+    assert f'glmdeployment="broken-api",namespace="{namespace}",result="unreachable"' in metrics
+
+    # The endpoint is fixed: the simulator restarts without the fault, the next attempt passes, the pod rejoins.
+    kubectl.run("annotate", "glmd", "broken-api", "-n", namespace, "sim.glmops.dev/endpoint-fault-")
+    found = subprocess.run(
+        ["pgrep", "-f", f"sim --host {pod['status']['podIP']} --port 8000"], capture_output=True, text=True
+    ).stdout.split()
+    for pid in found:
+        os.kill(int(pid), signal.SIGTERM)
+    eventually(
+        lambda: kubectl.get("glmd", "broken-api", namespace)["status"].get("readyReplicas") == 1,
+        timeout=180,
+        what="the recovered pod to pass and rejoin",
+    )

@@ -194,6 +194,20 @@ SCENARIOS = [
         quiet_at=(40, 60),
     ),
     Scenario(
+        "the canary cannot reach a deployment's pod (an attempt every 2 minutes)",
+        {series("glmops_canary_runs_total", {**GLMD, "result": "unreachable"}): _each_failing_every(2)},
+        firing={40: {"GLMOpsCanaryUnreachable": [({"namespace": "team-a", "glmdeployment": "glm"}, "")]}},
+        quiet_at=(15,),
+    ),
+    Scenario(
+        "one unreachable attempt while a pod restarts, then the canary runs again",
+        {
+            series("glmops_canary_runs_total", {**GLMD, "result": "unreachable"}): counter((5, 0), (1, 1)),
+            series("glmops_canary_runs_total", {**GLMD, "result": "pass"}): counter((6, 0), (1, 1)),
+        },
+        quiet_at=(10, 20, 40),
+    ),
+    Scenario(
         "operator gone from minute 10",
         {series("up", {"job": OPERATOR_JOB, "instance": "10.0.0.7:8081"}): gauge((10, 1), (1, "_"))},
         firing={40: {"GLMOpsOperatorDown": [({}, "")]}},

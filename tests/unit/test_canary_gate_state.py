@@ -190,3 +190,36 @@ def test_a_suite_that_could_not_run_backs_off_and_leaves_the_gate_and_failure_co
     delays = [state.could_not_run() for _ in range(8)]
     assert delays[:4] == [5.0, 10.0, 20.0, 40.0] and delays[-1] == MAX_UNREACHABLE_S
     assert state.gate == "True" and state.failures == 1
+
+
+def test_a_pod_that_cannot_be_asked_is_held_out_with_the_reason_after_three_attempts() -> None:
+    state = GateState()
+    verdicts = []
+    for _ in range(3):
+        state.could_not_run()
+        verdicts.append(state.unreachable_verdict("HTTP 500: engine dead", failures_to_unready=2))
+    assert verdicts[:2] == [None, None]
+    assert verdicts[2] == ("False", "CanaryUnreachable", "the canary cannot ask this pod: HTTP 500: engine dead")
+    report = state.unreachable_report("HTTP 500: engine dead")
+    assert report["passed"] is False and report["failed"] == ["unreachable"]
+    assert "3 attempts in a row" in report["message"] and "HTTP 500" in report["message"]
+
+
+def test_a_ready_pod_that_cannot_be_asked_waits_for_failures_to_unready_as_well() -> None:
+    state = GateState()
+    state.observe(PASS, 5)
+    found = []
+    for _ in range(5):
+        state.could_not_run()
+        found.append(state.unreachable_verdict("reset", failures_to_unready=5))
+    assert found[:4] == [None] * 4 and found[4] is not None and found[4][1] == "CanaryUnreachable"
+
+
+def test_a_pod_that_answers_again_passes_and_its_unreachable_count_restarts() -> None:
+    state = GateState()
+    for _ in range(3):
+        state.could_not_run()
+    assert state.unreachable_verdict("refused", 2) is not None
+    assert state.observe(PASS, 2) == ("True", "CanaryPassed", "all 1 checks passed")
+    state.could_not_run()
+    assert state.unreachable_verdict("refused", 2) is None, "one blip on a Ready pod is not enough"

@@ -60,6 +60,7 @@ class Reason(StrEnum):
     NO_REPLICA_READY = "NoReplicaReady"
     CANARY_PASSED = "CanaryPassed"
     CANARY_FAILED = "CanaryFailed"
+    CANARY_UNREACHABLE = "CanaryUnreachable"
     BLOCKED = "Blocked"
     APPLIED = "Applied"
     APPLY_FAILED = "ApplyFailed"

@@ -41,7 +41,11 @@ class OpenAIClient:
         return text
 
     async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
-        return json.loads(await self._request(method, path, **kwargs))
+        text = await self._request(method, path, **kwargs)
+        try:
+            return json.loads(text)
+        except ValueError as err:  # truncated or not JSON at all: not an answer of the OpenAI API
+            raise EndpointError(f"{self.base_url}{path}: the answer is not JSON ({err}): {text[:120]!r}") from err
 
     async def model_name(self) -> str:
         if self.model is None:

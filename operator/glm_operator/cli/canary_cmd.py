@@ -132,6 +132,7 @@ def sim(
     patches: str,
     serve_args: list[str],
     accuracy: float = 1.0,
+    endpoint_fault: str | None = None,
 ) -> int:
     from glm_operator.sim.behaviour import Model
     from glm_operator.sim.faults import fault_of, parse_serve_args, startup_error
@@ -157,8 +158,15 @@ def sim(
         spec_tokens = 1
     gold = parse_jsonl(Path(gsm8k).read_text()) if gsm8k else None
     null_counter = "null-content-metrics" in patches.split(",")
-    simulator = Simulator(Model(fault, gold, accuracy), model, spec_tokens, latency_ms / 1000, null_counter)
-    print(f"glmctl sim: {model} on {host}:{port}, fault {fault}, MTP tokens {spec_tokens}", file=sys.stderr, flush=True)
+    simulator = Simulator(
+        Model(fault, gold, accuracy), model, spec_tokens, latency_ms / 1000, null_counter, endpoint_fault
+    )
+    broken = f", endpoint fault {endpoint_fault}" if endpoint_fault else ""
+    print(
+        f"glmctl sim: {model} on {host}:{port}, fault {fault}, MTP tokens {spec_tokens}{broken}",
+        file=sys.stderr,
+        flush=True,
+    )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(simulator, host, port, load_seconds))
     return 0

@@ -20,6 +20,7 @@ from glm_operator.cli.generate import stale_files, write_all
 from glm_operator.cli.render import render
 from glm_operator.cli.validate import validate
 from glm_operator.render.fleet import default_fleet
+from glm_operator.sim.endpoint_faults import ENDPOINT_FAULTS
 from glm_operator.sim.faults import FAULTS
 
 
@@ -85,6 +86,7 @@ def _cmd_sim(args: argparse.Namespace) -> int:
         args.patches,
         serve_args,
         args.accuracy,
+        args.endpoint_fault,
     )
 
 
@@ -197,6 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--host", default="127.0.0.1")
     sm.add_argument("--port", type=int, default=8000)
     sm.add_argument("--fault", choices=["auto", *FAULTS], default="auto")
+    sm.add_argument(
+        "--endpoint-fault",
+        choices=ENDPOINT_FAULTS,
+        help="break the OpenAI endpoints (not /health): HTTP 500, truncated JSON, connection reset, "
+        "an answer that hangs after its first byte, or one byte a second",
+    )
     sm.add_argument("--gsm8k", help="GSM8K JSONL whose gold answers a healthy model gives")
     sm.add_argument("--model", default="zai-org/GLM-5.3", help="served model name (without serve args)")
     sm.add_argument(

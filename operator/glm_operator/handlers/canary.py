@@ -24,9 +24,10 @@ from glm_operator.canary.supervisor import PodTasks, WatchedPod
 from glm_operator.handlers.runtime import Runtime, runtime
 from glm_operator.k8s import objects, pods
 from glm_operator.k8s.canary_data import gsm8k_for
-from glm_operator.k8s.metrics import record_suite
+from glm_operator.k8s.metrics import record_suite, record_unreachable
 from glm_operator.k8s.peering import read_peers
 from glm_operator.render.canary_state import (
+    UNREACHABLE_REPORT_AFTER,
     GateState,
     gate_condition,
     pod_is_serving_ready,
@@ -35,7 +36,6 @@ from glm_operator.render.canary_state import (
 )
 
 log = logging.getLogger(__name__)
-UNREACHABLE_RETRY_S = 5.0
 PEERING_CHECK_S = 5.0
 
 
@@ -87,24 +87,43 @@ async def canary_gate(pod: WatchedPod, context: Runtime) -> None:
             continue
         try:
             delay = await _check_once(pod.namespace, parent, pod.name, str(status["podIP"]), state, context)
-        except EndpointError as err:  # not up yet, or not this model's server: ask again soon
-            log.info("canary could not reach pod %s/%s yet: %s", pod.namespace, pod.name, err)
-            delay = UNREACHABLE_RETRY_S
-        except Exception as err:  # noqa: BLE001 - an unexpected answer must not end the gate and lose its counts
+        except Exception as err:  # noqa: BLE001 - nothing a pod answers may end its gate or lose its counts
+            detail = err_detail(err)
             delay = state.could_not_run()
-            log.warning(
-                "canary could not run on pod %s/%s: %s: %s; next in %.0fs",
-                pod.namespace,
-                pod.name,
-                type(err).__name__,
-                err,
-                delay,
-            )
+            log.warning("canary could not ask pod %s/%s: %s; next in %.0fs", pod.namespace, pod.name, detail, delay)
+            await _report_unreachable(pod.namespace, parent, pod.name, state, detail)
         if delay is None:
             return  # the GLMDeployment is gone
         await pod.wait(delay)
     if pod.gone:  # the pod was deleted: its report goes; an operator that stops or pauses keeps them
         await asyncio.to_thread(_forget, pod.namespace, parent, pod.name)
+
+
+def err_detail(err: BaseException) -> str:
+    """One line naming what went wrong talking to the pod (an endpoint error already says where and how)."""
+    text = str(err) if isinstance(err, EndpointError) else f"{type(err).__name__}: {err}"
+    return " ".join(text.split())[:300]
+
+
+async def _report_unreachable(namespace: str, parent: str, pod: str, state: GateState, detail: str) -> None:
+    """Once the pod could not be asked several times in a row: gate, Event, status and metric say so."""
+    if state.unreachable < UNREACHABLE_REPORT_AFTER:
+        return
+    try:
+        body = await asyncio.to_thread(objects.get_glmdeployment, namespace, parent)
+        if body is None:
+            return
+        record_unreachable(namespace, parent)
+        config = GLMDeployment.model_validate(body).spec.canary
+        decision = state.unreachable_verdict(detail, config.failures_to_unready)
+        if decision is not None and await asyncio.to_thread(pods.set_gate, namespace, pod, *decision):
+            kopf.warn(kopf.Body(cast(kopf.RawBody, body)), reason=decision[1], message=f"pod {pod}: {decision[2]}")
+        report = state.unreachable_report(detail)
+        reports = {**((body.get("status") or {}).get("canary") or {}).get("pods", {}), pod: report}
+        summary = {"canary": {"pods": {pod: report}, "summary": summarize(reports)}}
+        await asyncio.to_thread(objects.patch_glmdeployment_status, namespace, parent, summary)
+    except Exception as err:  # noqa: BLE001 - the next attempt reports again
+        log.warning("could not report the unreachable pod %s/%s: %s", namespace, pod, err_detail(err))
 
 
 def _resume_delay(pod: WatchedPod, parent: str, state: GateState) -> float:

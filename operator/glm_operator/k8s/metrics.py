@@ -25,5 +25,10 @@ def record_suite(namespace: str, name: str, result: SuiteResult) -> None:
         CANARY_CHECK_PASSED.labels(namespace, name, check.name).set(1 if check.passed else 0)
 
 
+def record_unreachable(namespace: str, name: str) -> None:
+    """A canary attempt that could not ask a pod at all (counted once the gate reports it)."""
+    CANARY_RUNS.labels(namespace, name, "unreachable").inc()
+
+
 def serve_metrics(port: int) -> None:
     start_http_server(port)

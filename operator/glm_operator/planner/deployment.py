@@ -17,6 +17,7 @@ from glm_operator.api.conditions import set_condition
 from glm_operator.api.constants import ConditionType, Reason
 from glm_operator.api.v1alpha1 import GLMDeploymentStatus
 from glm_operator.catalog.bundle import Catalogs
+from glm_operator.planner.drift import needs_apply
 from glm_operator.render.imagebuild import BuildSettings, glmimage_manifest, needs_build
 from glm_operator.render.imagestate import image_gate
 from glm_operator.render.plan import Plan, build_plan
@@ -189,4 +190,6 @@ def _applied(desired: _Desired, glmd: GLMDeployment, serving: Plan, observed: Ob
     if stale:
         removed = ", ".join(f"{k}/{n}" for _a, k, n in stale)
         events.append(Event("Normal", "Pruned", f"removed objects the plan no longer renders: {removed}"))
-    return Outcome(status=status, apply=tuple(rendered), delete=stale, events=tuple(events))
+    live = {(o["kind"], o["metadata"]["name"]): o for o in observed.owned}
+    changed = tuple(o for o in rendered if needs_apply(o, live.get((o["kind"], o["metadata"]["name"]))))
+    return Outcome(status=status, apply=changed, delete=stale, events=tuple(events))

@@ -107,6 +107,21 @@ ALERTS: tuple[Alert, ...] = (
         ),
     ),
     Alert(
+        name="GLMOpsCanaryUnreachable",
+        group="glmops.operator",
+        expr=(
+            'sum by (namespace, glmdeployment) (increase(glmops_canary_runs_total{result="unreachable"}[${window}]))'
+            " > 0\n"
+        ),
+        summary="The canary cannot ask pods of GLMDeployment {{ $labels.namespace }}/{{ $labels.glmdeployment }}.",
+        description=(
+            "The operator's canary could not ask pods of {{ $labels.namespace }}/{{ $labels.glmdeployment }} at all "
+            "(connection refused or reset, timeouts, HTTP errors, answers that are not the API's) in every ${window} "
+            "window. Those pods stay out of the Service with reason CanaryUnreachable on their readiness gate; "
+            "the gate's message and status.canary.pods name the error."
+        ),
+    ),
+    Alert(
         name="GLMOpsOperatorDown",
         group="glmops.operator",
         expr=f'absent(up{{job="{OPERATOR_JOB}"}} == 1)\n',

@@ -25,6 +25,7 @@ FIRST_RETRY_S, MAX_RETRY_S = 15.0, 600.0
 # A pod whose server cannot be asked (not up yet, not this model, an error in the check itself): retried with
 # backoff, without touching the gate or the failure count of the checks that did run.
 FIRST_UNREACHABLE_S, MAX_UNREACHABLE_S = 5.0, 120.0
+UNREACHABLE_REPORT_AFTER = 3
 NEVER_S = 365 * 24 * 3600.0
 
 
@@ -44,6 +45,30 @@ class GateState:
         """The suite could not run this time: how long to wait before the next attempt."""
         self.unreachable += 1
         return float(min(FIRST_UNREACHABLE_S * 2.0 ** (self.unreachable - 1), MAX_UNREACHABLE_S))
+
+    def unreachable_verdict(self, detail: str, failures_to_unready: int) -> Decision | None:
+        """After enough attempts in a row that could not ask the pod at all: hold it out, saying why.
+
+        A pod not yet Ready is held out with the reason after UNREACHABLE_REPORT_AFTER attempts (about 35 s of
+        backoff plus the requests' own timeouts); a Ready pod only once `failuresToUnready` is reached as well,
+        so one network blip does not take it out of service.
+        """
+        needed = UNREACHABLE_REPORT_AFTER
+        if self.gate == "True":
+            needed = max(needed, failures_to_unready)
+        if self.unreachable < needed:
+            return None
+        self.gate = "False"
+        self.failures = 0
+        return "False", Reason.CANARY_UNREACHABLE, f"the canary cannot ask this pod: {detail}"
+
+    def unreachable_report(self, detail: str) -> dict[str, Any]:
+        return {
+            "passed": False,
+            "failed": ["unreachable"],
+            "message": f"the canary cannot ask this pod ({self.unreachable} attempts in a row): {detail}",
+            "checkedAt": now_rfc3339(),
+        }
 
     def resume(
         self, condition: str | None, report: Any, recheck_seconds: int, now: datetime.datetime | None = None

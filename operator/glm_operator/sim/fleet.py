@@ -34,7 +34,7 @@ def launch_command(container: Any) -> list[str]:
     return command
 
 
-def sim_argv(pod: Any, gpu: str, gsm8k: str | None, fault: str | None) -> list[str]:
+def sim_argv(pod: Any, gpu: str, gsm8k: str | None, fault: str | None, endpoint_fault: str | None = None) -> list[str]:
     container = pod.spec.containers[0]
     image = load_images().describe(container.image)
     argv = [
@@ -57,6 +57,8 @@ def sim_argv(pod: Any, gpu: str, gsm8k: str | None, fault: str | None) -> list[s
     ]
     if gsm8k:
         argv += ["--gsm8k", gsm8k]
+    if endpoint_fault:
+        argv += ["--endpoint-fault", endpoint_fault]
     return [*argv, "--", *launch_command(container)]
 
 
@@ -91,7 +93,9 @@ def run(gsm8k: str | None, overrides: dict[str, str], interval: float = 1.0) -> 
                     gpus[node] = (api.read_node(node).metadata.labels or {}).get("glmops.dev/accelerator", "H200")
                 parent = f"{pod.metadata.namespace}/{pod.metadata.labels.get(LABEL_DEPLOYMENT, '')}"
                 env = {e.name: e.value for e in pod.spec.containers[0].env or [] if e.value is not None}
-                argv = sim_argv(pod, gpus[node], gsm8k, overrides.get(parent) or _annotated_fault(pod))
+                annotations = _glmd_annotations(pod)
+                fault = overrides.get(parent) or annotations.get(FAULT_ANNOTATION)
+                argv = sim_argv(pod, gpus[node], gsm8k, fault, annotations.get(ENDPOINT_FAULT_ANNOTATION))
                 running[key] = subprocess.Popen(
                     argv, env={**_base_env(), **env}, stdout=subprocess.DEVNULL, stderr=sys.stderr
                 )
@@ -106,10 +110,11 @@ def run(gsm8k: str | None, overrides: dict[str, str], interval: float = 1.0) -> 
 
 
 FAULT_ANNOTATION = "sim.glmops.dev/fault"
+ENDPOINT_FAULT_ANNOTATION = "sim.glmops.dev/endpoint-fault"
 
 
-def _annotated_fault(pod: Any) -> str | None:
-    """A failure forced onto a GLMDeployment's pods by annotating it (tests of unknown failures)."""
+def _glmd_annotations(pod: Any) -> dict[str, str]:
+    """Failures forced onto a GLMDeployment's pods by annotating it (tests of unknown failures, broken endpoints)."""
     import kubernetes
 
     from glm_operator.k8s.objects import get_glmdeployment
@@ -118,8 +123,8 @@ def _annotated_fault(pod: Any) -> str | None:
     try:
         body = get_glmdeployment(pod.metadata.namespace, name) if name else None
     except kubernetes.client.ApiException:
-        return None
-    return ((body or {}).get("metadata", {}).get("annotations") or {}).get(FAULT_ANNOTATION)
+        return {}
+    return dict((body or {}).get("metadata", {}).get("annotations") or {})
 
 
 def _base_env() -> dict[str, str]:

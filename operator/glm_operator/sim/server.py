@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from glm_operator.catalog.images import load_images
 from glm_operator.sim.behaviour import Model
+from glm_operator.sim.endpoint_faults import endpoint_fault_middleware
 
 VERSION = load_images().default_version  # what /version reports: the catalog's default vLLM
 
@@ -127,8 +128,10 @@ class Simulator:
         spec_tokens: int = 0,
         latency_s: float = 0.0,
         null_counter: bool = False,
+        endpoint_fault: str | None = None,
     ) -> None:
         self.model = model
+        self.endpoint_fault = endpoint_fault
         self.served_name = served_name
         self.spec_tokens = spec_tokens
         self.latency_s = latency_s
@@ -294,7 +297,9 @@ class Simulator:
         )
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(
+            middlewares=[endpoint_fault_middleware(self.endpoint_fault)] if self.endpoint_fault else []
+        )
         app.add_routes(
             [
                 web.get("/health", self.health),

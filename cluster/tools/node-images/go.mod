@@ -1,0 +1,3 @@
+module glmops.dev/cluster-tools/node-images
+
+go 1.26.0
