@@ -80,7 +80,13 @@ def test_helm_install_runs_the_operator_deployment(cluster: Cluster, kubectl: Ku
     assert pods and pods[0]["spec"]["nodeName"].startswith("cpu-"), "the operator needs no GPU node"
     assert kubectl.run("get", "crd", "glmdeployments.glmops.dev").returncode == 0
     can = kubectl.run(
-        "auth", "can-i", "patch", "glmdeployments.glmops.dev/status", f"--as=system:serviceaccount:{ns}:glmops"
+        "auth",
+        "can-i",
+        "patch",
+        "glmdeployments.glmops.dev/status",
+        "-n",
+        ns,
+        f"--as=system:serviceaccount:{ns}:glmops",
     ).stdout.strip()
     assert can == "yes"
     cannot = kubectl.run(
@@ -135,7 +141,7 @@ def test_the_operator_may_manage_what_a_glmdeployment_owns(
         verb,
         *resource.split(),
         "-n",
-        "anywhere",
+        ns,
         f"--as=system:serviceaccount:{ns}:glmops",
         check=False,
     ).stdout.strip()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import kopf
 
 from glm_operator.api.constants import MANAGED, SERVING, selector
-from glm_operator.handlers.runtime import Runtime
+from glm_operator.handlers.runtime import REGISTRATION, Runtime
 from glm_operator.k8s.metrics import serve_metrics
 from glm_operator.k8s.webhooks import webhook_server_from_env
 
@@ -22,6 +23,18 @@ OWNED_RESOURCES = (
     ("policy", "v1", "poddisruptionbudgets"),
     ("v1", "configmaps"),
 )
+
+
+@kopf.on.login(id="glmops-login")
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """kopf's own client login; Events on cluster-scoped GLMImages go to the build namespace, not `default`."""
+    # kopf posts an Event about a cluster-scoped object into its login's default namespace, which the
+    # Kubernetes client leaves unset (so: `default`, where the chart grants nothing). The build namespace is
+    # where the GLMImage's Job and context live, and where the chart lets the operator post Events.
+    info = kopf.login_via_client(**kwargs)
+    if info is None or not REGISTRATION.enabled:
+        return info
+    return dataclasses.replace(info, default_namespace=REGISTRATION.namespace)
 
 
 @kopf.on.startup(id="glmops-settings")
