@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds the CPU vLLM image with the glmops plugin (images/vllm-cpu/Dockerfile) with podman, from the
+# environment hack/vllm-cpu-env.sh installs: its site-packages (hard-linked into the build context, not
+# downloaded again) and the plugin of this checkout. Saves a docker archive under ~/.cache/glmops/images/
+# for `podman load` or `ctr -n k8s.io images import`. Rebuilds only when the pinned requirements, the
+# plugin's sources, the Dockerfile or the base changed (label dev.glmops.context-hash).
+# Prints image=, archive=, base=, size= lines on stdout. About 6.5 GB of image and as much of archive.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/podman-env.sh"
+glmops_image_deps
+REPO=$(cd "$HACK_DIR/.." && pwd)
+cd "$REPO"
+
+plugin_python=$("$HACK_DIR/vllm-cpu-env.sh" | tail -1)     # .../vllm-cpu-plugin-<plugin hash>-<venv hash>/bin/python
+plugin=$(dirname "$(dirname "$plugin_python")")
+venv="${GLMOPS_CACHE:-$HOME/.cache/glmops}/vllm-cpu-venv-${plugin##*-}"
+site="$venv/lib/python3.11/site-packages"
+[[ -d $site && -d $plugin/site ]] || { echo "no vLLM environment at $site or plugin at $plugin/site" >&2; exit 1; }
+vllm_version=$(sed -n 's/^Version: //p' "$site"/vllm_cpu-*.dist-info/METADATA)
+plugin_version=$(sed -n 's/^Version: //p' "$plugin"/site/glmops_vllm_patches-*.dist-info/METADATA)
+image="localhost/glmops/vllm-cpu:v$vllm_version-glmops-$plugin_version"
+
+base="${GLMOPS_BASE_IMAGE:-$("$HACK_DIR/base-image.sh")}"
+base_id=$(podman image inspect --format '{{.Id}}' "$base" 2>/dev/null || true)
+[[ -n $base_id ]] || podman pull "$base" >&2 && base_id=$(podman image inspect --format '{{.Id}}' "$base")
+# The environment's directory names are hashes of the pinned requirements and of the plugin's sources.
+hash=$({ echo "${venv##*/} ${plugin##*/} $base $base_id $image"; sha256sum images/vllm-cpu/Dockerfile; } |
+  sha256sum | cut -c1-16)
+archive="$GLMOPS_IMAGE_CACHE/vllm-cpu-$vllm_version-$hash.tar"
+
+current=$(podman image inspect --format '{{index .Labels "dev.glmops.context-hash"}}' "$image" 2>/dev/null || true)
+if [[ $current == "$hash" && -s $archive ]]; then
+  echo "vLLM CPU image $image is up to date ($hash)" >&2
+elif [[ -s $archive ]]; then
+  podman load --quiet --input "$archive" >&2
+else
+  echo "building $image on $base ($hash)" >&2
+  # Hard links on the cache's filesystem: a context of several GB without copying it.
+  context=$(mktemp -d "$GLMOPS_IMAGE_CACHE/vllm-cpu-context.XXXXXX")
+  trap 'rm -rf "$context"' EXIT
+  cp -al "$site" "$context/site-packages"
+  cp -al "$plugin/site" "$context/plugin"
+  podman build --file images/vllm-cpu/Dockerfile --build-arg "BASE_IMAGE=$base" \
+    --label "dev.glmops.image=vllm-cpu" --label "dev.glmops.context-hash=$hash" --tag "$image" "$context" >&2
+  podman save --quiet --format docker-archive --output "$archive.partial" "$image"
+  mv "$archive.partial" "$archive"
+  find "$GLMOPS_IMAGE_CACHE" -maxdepth 1 -name 'vllm-cpu-*.tar' ! -name "${archive##*/}" -delete
+  # Earlier builds of this image lost their tag to this one: drop them (not the layer cache, which has no label).
+  podman image prune --force --filter "label=dev.glmops.image=vllm-cpu" >/dev/null
+fi
+size=$(podman image inspect --format "{{.Size}}" "$image")
+printf 'image=%s\narchive=%s\nbase=%s\nsize=%s\n' "$image" "$archive" "$base" "$size"
