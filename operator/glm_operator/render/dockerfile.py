@@ -155,6 +155,8 @@ def render_bake(catalog: ImageCatalog) -> str:
     targets["operator"] = {
         "context": ".",
         "dockerfile": "images/operator/Dockerfile",
+        # Any Debian-like image with python3 and python3-venv (hack/base-image.sh builds one from Debian's archive).
+        "args": {"BASE_IMAGE": "python:3.11-slim"},
         "tags": [f"{OPERATOR_REPOSITORY}:{__version__}"],
     }
     groups["operator"] = ["operator"]
