@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -11,7 +13,7 @@ import kopf
 from glm_operator.api.constants import MANAGED, SERVING, selector
 from glm_operator.handlers.runtime import Runtime
 from glm_operator.k8s.metrics import serve_metrics
-from glm_operator.k8s.webhooks import webhook_server_from_env
+from glm_operator.k8s.webhooks import SecretWebhookServer, webhook_server_from_env
 
 PREFIX = "glmops.dev"
 OWNED_RESOURCES = (
@@ -27,6 +29,10 @@ OWNED_RESOURCES = (
 @kopf.on.startup(id="glmops-settings")
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """Build the runtime context; keep kopf's progress in glmops.dev/ annotations; our finalizer; webhooks."""
+    try:
+        logging.getLogger().setLevel(log_level(os.environ))
+    except ValueError as err:
+        raise kopf.PermanentError(str(err)) from err
     memo.runtime = Runtime.from_env(os.environ)
     settings.persistence.finalizer = f"{PREFIX}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
@@ -49,4 +55,18 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     server = webhook_server_from_env(os.environ)
     if server is not None:
         settings.admission.server = server
-        settings.admission.managed = PREFIX
+        # The chart owns its webhook configurations: kopf must never write them, nor remove them on shutdown.
+        settings.admission.managed = None if isinstance(server, SecretWebhookServer) else PREFIX
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def log_level(env: Mapping[str, str]) -> str:
+    """GLMOPS_LOG_LEVEL (the chart's logLevel), INFO when unset; anything else stops the operator with the fix."""
+    level = env.get("GLMOPS_LOG_LEVEL", "INFO").strip().upper() or "INFO"
+    if level not in LOG_LEVELS:
+        raise ValueError(
+            f"GLMOPS_LOG_LEVEL: {env['GLMOPS_LOG_LEVEL']!r} is not a log level; use one of {', '.join(LOG_LEVELS)}"
+        )
+    return level
