@@ -1,8 +1,9 @@
 """A check that the validating webhook answers through its Service: the chart's `helm test` runs it.
 
 `python -m glm_operator.k8s.webhook_check <url> <ca file>` sends the webhook an AdmissionReview of a GLMDeployment
-the rules refuse (expert parallelism over a single rank) over TLS verified with the chart's CA, and passes only
-when the answer refuses it and names the problem: the certificate, the Service, the server and the rules all work.
+the rules refuse (GLM-5.3 on one H200, expert parallelism over a single rank) over TLS verified with the chart's
+CA, and passes only when the answer refuses it naming a rule: the certificate, the Service, the server and the
+rules all work.
 """
 
 from __future__ import annotations
@@ -48,15 +49,20 @@ def review(obj: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def check(url: str, ca_file: str, timeout: float = 10.0) -> str:
-    """The refusal message; raises RuntimeError when the webhook admits the broken GLMDeployment or fails."""
+def check(url: str, ca_file: str, *, hostname: str | None = None, timeout: float = 10.0) -> str:
+    """The refusal message; raises RuntimeError when the webhook admits the broken GLMDeployment or fails.
+
+    `hostname`: the name the certificate must be valid for, when the URL's host is an address.
+    """
     context = ssl.create_default_context(cafile=ca_file)
-    response = httpx.post(url, json=review(REFUSED), verify=context, timeout=timeout)
+    extensions = {"sni_hostname": hostname} if hostname else None
+    with httpx.Client(verify=context, timeout=timeout) as client:
+        response = client.post(url, json=review(REFUSED), extensions=extensions)
     if response.status_code != 200:
         raise RuntimeError(f"{url}: HTTP {response.status_code}: {response.text[:300]}")
     answer = response.json().get("response") or {}
     message = str((answer.get("status") or {}).get("message", ""))
-    if answer.get("allowed") is not False or "parallelism.expert" not in message:
+    if answer.get("allowed") is not False or "(rule " not in message:
         raise RuntimeError(f"{url}: admitted a GLMDeployment the rules refuse: {json.dumps(answer)[:300]}")
     return message
 
