@@ -76,8 +76,32 @@ def _config_names(kubectl: Kubectl) -> set[str]:
     return set(out.split())
 
 
+def _start(cluster: Cluster, env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [str(REPO / ".venv" / "bin" / "kopf"), "run", *args, "-m", "glm_operator.handlers"],
+        env={**os.environ, "KUBECONFIG": cluster.kubeconfig, **env},
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+    )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.fixture
-def chart_operator(cluster: Cluster, kubectl: Kubectl, crd_installed: None, namespace: str) -> Iterator[ChartOperator]:
+def chart_setup(
+    cluster: Cluster, kubectl: Kubectl, crd_installed: None, namespace: str
+) -> Iterator[tuple[dict[str, str], str, str]]:
+    """The chart's Service (routed to a fresh loopback address) and configurations applied; the operator's env."""
     docs = _rendered(cluster, namespace)
     service = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"].endswith("-webhook"))
     configs = [d for d in docs if d["kind"].lower() in CONFIG_KINDS]
@@ -89,26 +113,31 @@ def chart_operator(cluster: Cluster, kubectl: Kubectl, crd_installed: None, name
     kubectl.apply(service)
     for config in configs:
         kubectl.apply(config)
-    readiness = _free_port()
-    env.update(GLMOPS_WEBHOOK_ADDR=addr, GLMOPS_WEBHOOK_PORT="443", GLMOPS_READINESS_PORT=str(readiness),
+    env.update(GLMOPS_WEBHOOK_ADDR=addr, GLMOPS_WEBHOOK_PORT="443", GLMOPS_READINESS_PORT=str(_free_port()),
                GLMOPS_WEBHOOK_CERT_RESYNC_SECONDS="2", GLMOPS_CATALOG_CONFIGMAP="", GLMOPS_METRICS_PORT="")  # fmt: skip
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    log = open(ARTIFACTS / f"chart-operator-{namespace}.log", "wb")  # noqa: SIM115 (owned by the process)
-    proc = subprocess.Popen(
-        [str(REPO / ".venv" / "bin" / "kopf"), "run", "--standalone", f"--namespace={namespace}",
-         "-m", "glm_operator.handlers"],
-        env={**os.environ, "KUBECONFIG": cluster.kubeconfig, **env}, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-    )  # fmt: skip
     name = configs[0]["metadata"]["name"]
-    secret = env["GLMOPS_WEBHOOK_SECRET"].partition("/")[2]
     try:
-        yield ChartOperator(namespace, addr, service["metadata"]["name"], name, secret, readiness, proc)
+        yield env, service["metadata"]["name"], name
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
         for kind in CONFIG_KINDS:
             kubectl.run("delete", kind, name, "--ignore-not-found", check=False)
+
+
+@pytest.fixture
+def chart_operator(
+    cluster: Cluster, namespace: str, chart_setup: tuple[dict[str, str], str, str]
+) -> Iterator[ChartOperator]:
+    env, service, config = chart_setup
+    proc = _start(
+        cluster, env, ARTIFACTS / f"chart-operator-{namespace}.log", "--standalone", f"--namespace={namespace}"
+    )
+    secret = env["GLMOPS_WEBHOOK_SECRET"].partition("/")[2]
+    try:
+        yield ChartOperator(
+            namespace, env["GLMOPS_WEBHOOK_ADDR"], service, config, secret, int(env["GLMOPS_READINESS_PORT"]), proc
+        )
+    finally:
+        _stop(proc)
 
 
 def _ca_bundles(kubectl: Kubectl, name: str) -> list[str]:
@@ -219,3 +248,36 @@ def test_a_second_replica_uses_the_certificate_the_first_created(
     ).stdout.strip()  # fmt: skip
     assert bytes.fromhex(out) == base64.b64decode(ca)
     assert kubectl.get("secret", op.secret, op.namespace)["metadata"]["resourceVersion"] == version
+
+
+def test_a_replica_paused_by_peering_still_answers_admissions(
+    cluster: Cluster, kubectl: Kubectl, namespace: str, chart_setup: tuple[dict[str, str], str, str], tmp_path: Path
+) -> None:
+    env, service, _ = chart_setup
+    kubectl.apply({"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "glmops"}}, "-n", namespace)
+    old_addr = f"127.0.44.{random.randint(2, 250)}"
+    old_log, new_log = ARTIFACTS / f"{namespace}-old.log", ARTIFACTS / f"{namespace}-new.log"
+    args = ("--peering=glmops", f"--namespace={namespace}")
+    old_env = {**env, "GLMOPS_WEBHOOK_ADDR": old_addr, "GLMOPS_READINESS_PORT": str(_free_port())}
+    replicas = [
+        _start(cluster, {**old_env, "GLMOPS_PEERING_PRIORITY": "100"}, old_log, *args),
+        _start(cluster, {**env, "GLMOPS_PEERING_PRIORITY": "200"}, new_log, *args),
+    ]
+    try:
+        eventually(lambda: "Pausing operations in favour of" in old_log.read_text(), timeout=60, what="the pause")
+        secret = env["GLMOPS_WEBHOOK_SECRET"].partition("/")[2]
+        ca = eventually(lambda: kubectl.get("secret", secret, namespace)["data"]["ca.crt"], timeout=60)
+        (tmp_path / "ca.crt").write_bytes(base64.b64decode(ca))
+        hostname = f"{service}.{namespace}.svc"
+        # The paused replica, on its own address, and the active one, through the API server and the Service.
+        message = eventually(
+            lambda: check(f"https://{old_addr}/glmops-validate", str(tmp_path / "ca.crt"), hostname=hostname),
+            timeout=60,
+            what="the paused replica's webhook",
+        )
+        assert "(rule " in message
+        assert "Pausing" in old_log.read_text() and "Pausing" not in new_log.read_text()
+        eventually(lambda: _refused_through_the_api_server(kubectl, namespace), timeout=60, what="admission")
+    finally:
+        for proc in replicas:
+            _stop(proc)
