@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
 
 from tests.e2e.test_helm_chart import CHART, _helm
-from tests.support.cluster import Cluster
+from tests.support.cluster import REPO, Cluster, Kubectl
 
 pytestmark = pytest.mark.cluster
 Docs = dict[tuple[str, str], dict[str, Any]]
@@ -197,3 +200,41 @@ def test_values_schema_refuses_values_outside_their_enum_or_bounds(cluster: Clus
     proc = _helm(cluster, "template", "glmops", CHART, "--set", flag, check=False)
     assert proc.returncode != 0
     assert "values don't meet the specifications of the schema" in proc.stderr and fragment in proc.stderr
+
+
+@pytest.fixture
+def installed(cluster: Cluster, kubectl: Kubectl, namespace: str) -> Iterator[str]:
+    _helm(cluster, "install", "glmops", CHART, "-n", namespace, "--set", f"watchNamespaces={{{namespace}}}")
+    yield namespace
+    _helm(cluster, "uninstall", "glmops", "-n", namespace, check=False)
+
+
+def test_helm_upgrade_keeps_the_ca_bundle_the_operator_wrote_and_uninstall_keeps_the_secret(
+    cluster: Cluster, kubectl: Kubectl, installed: str
+) -> None:
+    ns = installed
+    config = f"glmops-{ns}"
+    deploy = kubectl.get("deployment", "glmops", ns)
+    env = {e["name"]: e["value"] for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e}
+    # What the operator's pod does at start (kwok runs no process): create the Secret, fill caBundle by name.
+    code = (
+        "import os, datetime; from glm_operator.k8s.webhook_certs import CertificateSource, sync_certificates;"
+        "sync_certificates(CertificateSource.from_env(os.environ), datetime.datetime.now(datetime.UTC))"
+    )
+    subprocess.run(
+        [str(REPO / ".venv" / "bin" / "python"), "-c", code],
+        env={**os.environ, **env, "KUBECONFIG": cluster.kubeconfig}, check=True, timeout=60,
+    )  # fmt: skip
+    ca = kubectl.get("secret", "glmops-webhook-tls", ns)["data"]["ca.crt"]
+
+    def bundles() -> list[str | None]:
+        return [kubectl.get(k, config)["webhooks"][0]["clientConfig"].get("caBundle") for k in CONFIG_KINDS]
+
+    assert bundles() == [ca, ca]
+    _helm(cluster, "upgrade", "glmops", CHART, "-n", ns, "--reuse-values", "--set", "webhook.timeoutSeconds=7")
+    assert [kubectl.get(k, config)["webhooks"][0]["timeoutSeconds"] for k in CONFIG_KINDS] == [7, 7]
+    assert bundles() == [ca, ca], "helm upgrade must leave the operator's caBundle alone"
+    _helm(cluster, "uninstall", "glmops", "-n", ns)
+    for kind in CONFIG_KINDS:
+        assert kubectl.run("get", kind, config, check=False).returncode != 0, "the release's configurations go"
+    assert kubectl.get("secret", "glmops-webhook-tls", ns)["data"]["ca.crt"] == ca, "the generated Secret is kept"
