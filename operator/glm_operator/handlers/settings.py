@@ -52,7 +52,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.label_selectors["v1", "pods"] = selector(SERVING)
     if os.environ.get("GLMOPS_METRICS_PORT"):
         serve_metrics(int(os.environ["GLMOPS_METRICS_PORT"]))
-    server = webhook_server_from_env(os.environ)
+    try:
+        server = webhook_server_from_env(os.environ)
+    except ValueError as err:  # a malformed setting: retrying cannot fix it
+        raise kopf.PermanentError(str(err)) from err
     if server is not None:
         settings.admission.server = server
         # The chart owns its webhook configurations: kopf must never write them, nor remove them on shutdown.
