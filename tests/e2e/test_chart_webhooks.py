@@ -105,7 +105,7 @@ def test_by_default_the_operator_owns_the_certificate_and_fills_the_ca_bundle(cl
     assert env["GLMOPS_WEBHOOK_SECRET_OWNED"] == "true"
     assert env["GLMOPS_WEBHOOK_INJECT_CA_INTO"] == "glmops-ops,glmops-ops"
     role = docs[("Role", "glmops-webhook")]["rules"]
-    assert {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["glmops-webhook-tls"],
+    assert {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["glmops-webhook-cert"],
             "verbs": ["get", "update"]} in role  # fmt: skip
     assert {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]} in role
     assert not [k for k in docs if k[0] in ("Certificate", "Issuer")]
@@ -114,7 +114,7 @@ def test_by_default_the_operator_owns_the_certificate_and_fills_the_ca_bundle(cl
 def test_cert_manager_issues_the_certificate_and_injects_the_ca(cluster: Cluster) -> None:
     docs = _render(cluster, "webhook.certManager.enabled=true")
     cert = docs[("Certificate", "glmops-webhook")]["spec"]
-    assert cert["secretName"] == "glmops-webhook-tls" and "glmops-webhook.ops.svc" in cert["dnsNames"]
+    assert cert["secretName"] == "glmops-webhook-cert" and "glmops-webhook.ops.svc" in cert["dnsNames"]
     assert cert["issuerRef"]["name"] == "glmops-webhook-ca"
     assert docs[("Certificate", "glmops-webhook-ca")]["spec"]["isCA"] is True
     assert ("Issuer", "glmops-selfsigned") in docs and ("Issuer", "glmops-webhook-ca") in docs
@@ -123,7 +123,7 @@ def test_cert_manager_issues_the_certificate_and_injects_the_ca(cluster: Cluster
     env = _env(docs)
     assert env["GLMOPS_WEBHOOK_SECRET_OWNED"] == "false" and "GLMOPS_WEBHOOK_INJECT_CA_INTO" not in env
     assert docs[("Role", "glmops-webhook")]["rules"] == [
-        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["glmops-webhook-tls"], "verbs": ["get"]}
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["glmops-webhook-cert"], "verbs": ["get"]}
     ]
     assert ("ClusterRole", "glmops-ops-webhook") not in docs, "no right to touch a configuration"
 
@@ -225,7 +225,7 @@ def test_helm_upgrade_keeps_the_ca_bundle_the_operator_wrote_and_uninstall_keeps
         [str(REPO / ".venv" / "bin" / "python"), "-c", code],
         env={**os.environ, **env, "KUBECONFIG": cluster.kubeconfig}, check=True, timeout=60,
     )  # fmt: skip
-    ca = kubectl.get("secret", "glmops-webhook-tls", ns)["data"]["ca.crt"]
+    ca = kubectl.get("secret", "glmops-webhook-cert", ns)["data"]["ca.crt"]
 
     def bundles() -> list[str | None]:
         return [kubectl.get(k, config)["webhooks"][0]["clientConfig"].get("caBundle") for k in CONFIG_KINDS]
@@ -237,4 +237,4 @@ def test_helm_upgrade_keeps_the_ca_bundle_the_operator_wrote_and_uninstall_keeps
     _helm(cluster, "uninstall", "glmops", "-n", ns)
     for kind in CONFIG_KINDS:
         assert kubectl.run("get", kind, config, check=False).returncode != 0, "the release's configurations go"
-    assert kubectl.get("secret", "glmops-webhook-tls", ns)["data"]["ca.crt"] == ca, "the generated Secret is kept"
+    assert kubectl.get("secret", "glmops-webhook-cert", ns)["data"]["ca.crt"] == ca, "the generated Secret is kept"

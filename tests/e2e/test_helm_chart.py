@@ -100,7 +100,7 @@ def test_webhook_is_served_through_a_service_with_a_certificate_the_operator_kee
         for e in docs[("Deployment", "glmops")]["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     assert env["GLMOPS_WEBHOOK_SERVICE"] == "ops/glmops-webhook"
-    assert env["GLMOPS_WEBHOOK_SECRET"] == "ops/glmops-webhook-tls"
+    assert env["GLMOPS_WEBHOOK_SECRET"] == "ops/glmops-webhook-cert"
     rules = docs[("ClusterRole", "glmops-ops-webhook")]["rules"]
     assert rules == [
         {

@@ -17,7 +17,7 @@ from glm_operator.render.webhook_certs import generate, service_dns_names
 
 CHART_ENV = {
     "GLMOPS_WEBHOOK_SERVICE": "ops/glmops-webhook",
-    "GLMOPS_WEBHOOK_SECRET": "ops/glmops-webhook-tls",
+    "GLMOPS_WEBHOOK_SECRET": "ops/glmops-webhook-cert",
     "GLMOPS_WEBHOOK_SECRET_OWNED": "true",
     "GLMOPS_WEBHOOK_INJECT_CA_INTO": "glmops-ops,glmops-ops",
 }
@@ -65,7 +65,7 @@ def test_an_unknown_log_level_stops_the_operator_with_the_fix(monkeypatch: pytes
 
 def test_chart_mode_needs_the_service_and_the_secret_in_one_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(kopf.PermanentError, match="GLMOPS_WEBHOOK_SERVICE and GLMOPS_WEBHOOK_SECRET must both be"):
-        _configured(monkeypatch, {**CHART_ENV, "GLMOPS_WEBHOOK_SECRET": "other/glmops-webhook-tls"})
+        _configured(monkeypatch, {**CHART_ENV, "GLMOPS_WEBHOOK_SECRET": "other/glmops-webhook-cert"})
 
 
 def test_readiness_reports_why_before_a_certificate_or_a_server() -> None:

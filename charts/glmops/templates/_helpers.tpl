@@ -36,8 +36,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-%s" (include "glmops.fullname" .) .Release.Namespace | trunc 253 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* Not <fullname>-webhook-tls: that was a Helm-owned Secret of earlier versions, deleted by the upgrade. */}}
 {{- define "glmops.webhookSecret" -}}
-{{- .Values.webhook.certificateSecret | default (printf "%s-webhook-tls" (include "glmops.fullname" .)) -}}
+{{- .Values.webhook.certificateSecret | default (printf "%s-webhook-cert" (include "glmops.fullname" .)) -}}
 {{- end -}}
 
 {{/* The operator generates and renews the certificate: neither cert-manager nor a Secret of the user's. */}}

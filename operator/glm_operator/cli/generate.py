@@ -59,7 +59,7 @@ kubectl apply --server-side --force-conflicts -f /tmp/glmops-chart/glmops/crds/
 helm upgrade glmops glmops/glmops --version <new> --namespace glmops-system --reuse-values
 ```
 
-The generated webhook certificate (Secret `<fullname>-webhook-tls`) is kept across upgrades. Replicas roll one at a
+The generated webhook certificate (Secret `<fullname>-webhook-cert`) is kept across upgrades. Replicas roll one at a
 time (`maxUnavailable: 0`); a replica is in the webhook Service only once its webhook server answers.
 
 ## Uninstall
@@ -70,8 +70,8 @@ helm uninstall glmops --namespace glmops-system
 
 Removed: the operator, its RBAC, the webhook configurations and Service. Kept: the CRDs and so every
 GLMDeployment and what it runs (delete them first, or `kubectl delete crd glmdeployments.glmops.dev
-glmimages.glmops.dev` to remove them all), and the generated certificate Secret `<fullname>-webhook-tls`, which the
-operator created (`kubectl -n glmops-system delete secret <fullname>-webhook-tls`).
+glmimages.glmops.dev` to remove them all), and the generated certificate Secret `<fullname>-webhook-cert`, which the
+operator created (`kubectl -n glmops-system delete secret <fullname>-webhook-cert`).
 
 ## Values
 
