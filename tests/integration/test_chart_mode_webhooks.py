@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from cryptography import x509
@@ -182,8 +183,11 @@ def _operator_fields(kubectl: Kubectl, kind: str, name: str) -> list[str]:
 
 
 def _ready(op: ChartOperator) -> bool:
-    with urllib.request.urlopen(f"http://127.0.0.1:{op.readiness_port}/readyz", timeout=5) as response:
-        return bool(response.status == 200)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{op.readiness_port}/readyz", timeout=5) as response:
+            return bool(response.status == 200)
+    except OSError:  # refused, or 503 (HTTPError): not ready yet
+        return False
 
 
 def test_chart_mode_fills_the_ca_bundle_serves_through_the_service_and_never_writes_configurations(
@@ -259,25 +263,31 @@ def test_a_replica_paused_by_peering_still_answers_admissions(
     old_log, new_log = ARTIFACTS / f"{namespace}-old.log", ARTIFACTS / f"{namespace}-new.log"
     args = ("--peering=glmops", f"--namespace={namespace}")
     old_env = {**env, "GLMOPS_WEBHOOK_ADDR": old_addr, "GLMOPS_READINESS_PORT": str(_free_port())}
-    replicas = [
-        _start(cluster, {**old_env, "GLMOPS_PEERING_PRIORITY": "100"}, old_log, *args),
-        _start(cluster, {**env, "GLMOPS_PEERING_PRIORITY": "200"}, new_log, *args),
-    ]
+    # The higher-priority replica first, so the other finds it at its start and pauses at once.
+    replicas = [_start(cluster, {**env, "GLMOPS_PEERING_PRIORITY": "200"}, new_log, *args)]
     try:
-        eventually(lambda: "Pausing operations in favour of" in old_log.read_text(), timeout=60, what="the pause")
+        eventually(lambda: "webhook server: serving" in new_log.read_text(), timeout=90, what="the active replica")
+        replicas.append(_start(cluster, {**old_env, "GLMOPS_PEERING_PRIORITY": "100"}, old_log, *args))
         secret = env["GLMOPS_WEBHOOK_SECRET"].partition("/")[2]
         ca = eventually(lambda: kubectl.get("secret", secret, namespace)["data"]["ca.crt"], timeout=60)
         (tmp_path / "ca.crt").write_bytes(base64.b64decode(ca))
         hostname = f"{service}.{namespace}.svc"
+
         # The paused replica, on its own address, and the active one, through the API server and the Service.
-        message = eventually(
-            lambda: check(f"https://{old_addr}/glmops-validate", str(tmp_path / "ca.crt"), hostname=hostname),
-            timeout=60,
-            what="the paused replica's webhook",
-        )
+        def paused_answers() -> str:
+            try:
+                return check(f"https://{old_addr}/glmops-validate", str(tmp_path / "ca.crt"), hostname=hostname)
+            except (httpx.HTTPError, OSError) as err:  # not listening yet
+                raise AssertionError(err) from err
+
+        message = eventually(paused_answers, timeout=60, what="the paused replica's webhook")
         assert "(rule " in message
-        assert "Pausing" in old_log.read_text() and "Pausing" not in new_log.read_text()
         eventually(lambda: _refused_through_the_api_server(kubectl, namespace), timeout=60, what="admission")
+        # kopf starts a replica paused and logs only the change: the older one was paused all along if it
+        # resumes only once the newer one is gone.
+        assert "Resuming operations" not in old_log.read_text()
+        _stop(replicas[0])
+        eventually(lambda: "Resuming operations" in old_log.read_text(), timeout=90, what="the older replica to resume")
     finally:
         for proc in replicas:
             _stop(proc)
