@@ -96,20 +96,28 @@ def test_helm_install_runs_the_operator_deployment(cluster: Cluster, kubectl: Ku
     eventually(lambda: _helm(cluster, "status", "glmops", "-n", ns).stdout.count("STATUS: deployed") == 1)
 
 
-def test_webhook_is_served_through_a_service_with_a_generated_certificate(cluster: Cluster) -> None:
+def test_webhook_is_served_through_a_service_with_a_certificate_the_operator_keeps(cluster: Cluster) -> None:
     out = _helm(cluster, "template", "glmops", CHART, "--namespace", "ops").stdout
     docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out) if d}
     assert ("Service", "glmops-webhook") in docs
-    secret = docs[("Secret", "glmops-webhook-tls")]
-    assert set(secret["data"]) == {"ca.crt", "tls.crt", "tls.key"}
+    assert not [k for k in docs if k[0] == "Secret"], "the chart renders no key material"
     env = {
         e["name"]: e.get("value")
         for e in docs[("Deployment", "glmops")]["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     assert env["GLMOPS_WEBHOOK_SERVICE"] == "ops/glmops-webhook"
-    rules = docs[("ClusterRole", "glmops")]["rules"]
-    assert any("validatingwebhookconfigurations" in r["resources"] for r in rules)
+    assert env["GLMOPS_WEBHOOK_SECRET"] == "ops/glmops-webhook-cert"
+    rules = docs[("ClusterRole", "glmops-ops-webhook")]["rules"]
+    assert rules == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+            "resourceNames": ["glmops-ops"],
+            "verbs": ["get", "patch"],
+        }
+    ]
     # kubectl auth can-i cannot judge a type the server does not serve yet, so check the rule itself.
+    rules = docs[("ClusterRole", "glmops")]["rules"]
     assert any(r["apiGroups"] == ["leaderworkerset.x-k8s.io"] and "patch" in r["verbs"] for r in rules)
 
 

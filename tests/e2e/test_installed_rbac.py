@@ -25,7 +25,7 @@ from glm_operator.canary.gsm8k_data import generate
 from tests.conftest import ARTIFACTS
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually
-from tests.support.installed import InstalledOperator, can_i, kubectl_as
+from tests.support.installed import RELEASE, InstalledOperator, can_i, kubectl_as
 from tests.support.wheel import build_plugin_wheel
 
 pytestmark = pytest.mark.cluster
@@ -255,15 +255,19 @@ def test_the_service_account_may_never(
 def test_secrets_are_out_of_reach_in_its_own_namespaces(release: Release, cluster: Cluster) -> None:
     for ns in (release.ops, release.work):
         assert not can_i(cluster, release.token, "list", "secrets", ns)
-        assert not can_i(cluster, release.token, "get", "secrets", ns, name="glmops-webhook-tls")
+        assert not can_i(cluster, release.token, "get", "secrets", ns, name="another-secret")
+    # Its own webhook certificate, by name only: the operator creates and renews it.
+    assert can_i(cluster, release.token, "get", "secrets", release.ops, name=f"{RELEASE}-webhook-cert")
     assert can_i(cluster, release.token, "get", "secrets", release.ops, name=PUSH_SECRET) is release.builds
 
 
 def test_webhook_configurations_are_patched_only_by_name(release: Release, cluster: Cluster) -> None:
     group = "admissionregistration.k8s.io"
+    own = f"{RELEASE}-{release.ops}"  # the chart's configurations: <fullname>-<release namespace>
     for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
-        assert can_i(cluster, release.token, "patch", f"{kind}.{group}", name="glmops.dev")
+        assert can_i(cluster, release.token, "patch", f"{kind}.{group}", name=own)
         assert not can_i(cluster, release.token, "patch", f"{kind}.{group}", name="another-webhook")
+        assert not can_i(cluster, release.token, "create", f"{kind}.{group}")
         assert not can_i(cluster, release.token, "list", f"{kind}.{group}")
 
 
@@ -386,8 +390,11 @@ def test_no_rendered_rule_grants_wildcards_rbac_or_unnamed_secrets(cluster: Clus
             assert not {"escalate", "bind", "impersonate", "deletecollection"} & set(rule["verbs"]), where
             assert "rbac.authorization.k8s.io" not in rule["apiGroups"], where
             assert not {"pods/exec", "pods/attach", "serviceaccounts/token", "nodes"} & set(rule["resources"]), where
-            if "secrets" in rule["resources"] or "admissionregistration.k8s.io" in rule["apiGroups"]:
-                assert rule.get("resourceNames") or rule["verbs"] == ["create"], f"unnamed: {where}"
-            assert "secrets" not in rule["resources"] or rule["verbs"] == ["get"], where
+            if "admissionregistration.k8s.io" in rule["apiGroups"]:
+                assert rule.get("resourceNames"), f"unnamed: {where}"
+            if "secrets" in rule["resources"]:  # read the push Secret; create and keep its webhook certificate
+                named = rule.get("resourceNames") or []
+                allowed = {(): ["create"], (f"{RELEASE}-webhook-cert",): ["get", "update"]}.get(tuple(named), ["get"])
+                assert rule["verbs"] == allowed and (named or role["kind"] == "Role"), where
     groups = {g for role in roles for rule in role["rules"] for g in rule["apiGroups"]}
     assert ("admissionregistration.k8s.io" in groups) is ("webhook.enabled=false" not in flags)

@@ -7,9 +7,9 @@ from the Deployment the chart rendered; what a process on this host cannot do as
 that (`HOST_OVERRIDES`):
 
 - listen addresses and ports: the liveness endpoint and the metrics port on free loopback ports;
-- the webhook: the chart advertises it through a Service, which a local API server cannot route to, so it is
-  served in the URL mode the other tests use (`GLMOPS_WEBHOOK_HOST`), with the test cluster's certificate
-  for 127.0.0.1 in place of the chart's certificate for the Service's DNS name.
+- the webhook: the chart's Service has no kube-proxy behind it here, so it is turned into an ExternalName for
+  the loopback address the process listens on; the chart's webhook configurations, the Service name and the
+  certificate the operator keeps in its Secret are used as installed.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import re
 import socket
 import subprocess
@@ -133,6 +134,8 @@ class InstalledOperator:
             elif "configMap" in volume:
                 obj = self.cluster.kubectl.get("configmap", volume["configMap"]["name"], self.namespace)
                 files = {k: v.encode() for k, v in (obj.get("data") or {}).items()}
+            elif "emptyDir" in volume:
+                files = {}  # an empty scratch directory, as the kubelet makes it
             else:
                 raise AssertionError(f"the harness cannot play volume {volume}: add it here")
             for key, content in files.items():
@@ -163,16 +166,21 @@ class InstalledOperator:
         self.argv = [*(container.get("command") or IMAGE_ENTRYPOINT), *args]
         if "GLMOPS_METRICS_PORT" in env:
             env["GLMOPS_METRICS_PORT"] = str(free_port())
-        if env.pop("GLMOPS_WEBHOOK_SERVICE", None) is not None:
-            certs = self.cluster.state_dir / "certs"
-            env.update(
-                GLMOPS_WEBHOOK_ADDR="127.0.0.1",
-                GLMOPS_WEBHOOK_HOST="127.0.0.1",
-                GLMOPS_WEBHOOK_PORT=str(free_port()),
-                GLMOPS_WEBHOOK_CERT=str(certs / "webhook.crt"),
-                GLMOPS_WEBHOOK_KEY=str(certs / "webhook.key"),
-                GLMOPS_WEBHOOK_CA=str(certs / "ca.crt"),
+        if "GLMOPS_WEBHOOK_SERVICE" in env:
+            # The chart's webhook Service becomes an ExternalName for a loopback address this process listens on,
+            # on the Service's port: the API server still calls the chart's own webhook configurations through the
+            # Service and verifies the certificate the operator keeps in its Secret for `<service>.<ns>.svc`.
+            addr = f"127.0.44.{random.randint(2, 250)}"
+            ns, _, name = env["GLMOPS_WEBHOOK_SERVICE"].partition("/")
+            service = self.cluster.kubectl.get("service", name, ns)
+            ports = [{k: p[k] for k in ("name", "port", "protocol") if k in p} for p in service["spec"]["ports"]]
+            external = {"type": "ExternalName", "externalName": addr, "ports": ports}
+            self.cluster.kubectl.run("delete", "service", name, "-n", ns, "--wait")
+            self.cluster.kubectl.apply(
+                {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns}, "spec": external}
             )
+            env.update(GLMOPS_WEBHOOK_ADDR=addr, GLMOPS_WEBHOOK_PORT=str(ports[0]["port"]))
+            env["GLMOPS_READINESS_PORT"] = str(free_port())
         base = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR") if k in os.environ}
         self.env = {
             **base,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from glm_operator.render.chart_schema import value_descriptions, values_schema, values_table
 
 VALUES = """\
@@ -44,3 +46,34 @@ def test_values_table_lists_each_documented_key_with_its_default() -> None:
     table = values_table(VALUES)
     assert '| `image.repository` | string | `"example/op"` | Repository. |' in table
     assert "free.b" not in table
+
+
+ANNOTATED = """\
+# -- Level.
+# @schema {enum: [DEBUG, INFO]}
+logLevel: INFO
+# -- Count,
+# at least one.
+# @schema {minimum: 1, maximum: 5}
+replicas: 1
+"""
+
+
+def test_schema_lines_add_enums_and_bounds_and_stay_out_of_the_description() -> None:
+    props = values_schema(ANNOTATED)["properties"]
+    assert props["logLevel"] == {"type": "string", "enum": ["DEBUG", "INFO"], "description": "Level."}
+    assert props["replicas"] == {"type": "integer", "minimum": 1, "maximum": 5, "description": "Count, at least one."}
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("# -- L.\n# @schema {enum: [A]}\nlevel: B\n", "level: default 'B' is not in its @schema enum"),
+        ("# -- N.\n# @schema {minimum: 2}\nn: 1\n", "n: default 1 is below its @schema minimum 2"),
+        ("# -- N.\n# @schema {minimum: 0, maximum: 2}\nn: 3\n", "n: default 3 is above its @schema maximum 2"),
+        ("# -- N.\n# @schema {minimun: 2}\nn: 3\n", "expected a mapping of enum, maximum, minimum, pattern"),
+    ],
+)
+def test_a_schema_line_that_refuses_its_own_default_or_is_misspelt_stops_generation(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        values_schema(text)

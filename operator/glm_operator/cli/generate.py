@@ -16,12 +16,62 @@ CHART = Path("charts/glmops")
 
 _CHART_README_HEAD = """# glmops Helm chart
 
-Installs the glmops operator and the GLMDeployment CRD. Generated from the comments in
-`values.yaml` by `glmctl generate`; do not edit by hand.
+Installs the glmops operator, the GLMDeployment and GLMImage CRDs, and the admission webhooks that refuse or
+repair a GLMDeployment hitting a known vLLM issue. This file is generated from the comments in `values.yaml` by
+`glmctl generate`; do not edit it by hand.
+
+## Prerequisites
+
+- Kubernetes 1.30 or later (the pod's `preStop` sleep action), Helm 3.8 or later (OCI charts).
+- The LeaderWorkerSet CRD (`leaderworkerset.x-k8s.io`) for multi-node GLMDeployments.
+- Optional: cert-manager with its CA injector (`webhook.certManager.enabled`); the prometheus-operator CRDs
+  (`monitoring.serviceMonitor.enabled`, `monitoring.prometheusRule.enabled`).
+
+## Install
+
+From the chart repository:
 
 ```sh
-helm install glmops charts/glmops --namespace glmops-system --create-namespace
+helm repo add glmops https://glmops.github.io/glmops
+helm install glmops glmops/glmops --namespace glmops-system --create-namespace
 ```
+
+From the OCI registry, or from a checkout:
+
+```sh
+helm install glmops oci://ghcr.io/glmops/charts/glmops --version 0.1.0 --namespace glmops-system --create-namespace
+helm install glmops charts/glmops --namespace glmops-system --create-namespace
+helm test glmops --namespace glmops-system   # the validating webhook refuses a broken GLMDeployment
+```
+
+Each release owns its own MutatingWebhookConfiguration and ValidatingWebhookConfiguration, named
+`<release fullname>-<namespace>`; the operator never creates or deletes them, and only fills their `caBundle` when
+it generates the certificate (docs/webhooks.md: certificates, rotation, readiness).
+
+## Upgrade
+
+Helm installs the CRDs in `crds/` once and never upgrades them. Apply the CRDs of the new version first, then
+upgrade the release:
+
+```sh
+helm pull glmops/glmops --version <new> --untar --untardir /tmp/glmops-chart
+kubectl apply --server-side --force-conflicts -f /tmp/glmops-chart/glmops/crds/
+helm upgrade glmops glmops/glmops --version <new> --namespace glmops-system --reuse-values
+```
+
+The generated webhook certificate (Secret `<fullname>-webhook-cert`) is kept across upgrades. Replicas roll one at a
+time (`maxUnavailable: 0`); a replica is in the webhook Service only once its webhook server answers.
+
+## Uninstall
+
+```sh
+helm uninstall glmops --namespace glmops-system
+```
+
+Removed: the operator, its RBAC, the webhook configurations and Service. Kept: the CRDs and so every
+GLMDeployment and what it runs (delete them first, or `kubectl delete crd glmdeployments.glmops.dev
+glmimages.glmops.dev` to remove them all), and the generated certificate Secret `<fullname>-webhook-cert`, which the
+operator created (`kubectl -n glmops-system delete secret <fullname>-webhook-cert`).
 
 ## Values
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -12,7 +14,7 @@ import kopf
 from glm_operator.api.constants import MANAGED, SERVING, selector
 from glm_operator.handlers.runtime import REGISTRATION, Runtime
 from glm_operator.k8s.metrics import serve_metrics
-from glm_operator.k8s.webhooks import webhook_server_from_env
+from glm_operator.k8s.webhooks import SecretWebhookServer, webhook_server_from_env
 
 PREFIX = "glmops.dev"
 OWNED_RESOURCES = (
@@ -40,6 +42,10 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.startup(id="glmops-settings")
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """Build the runtime context; keep kopf's progress in glmops.dev/ annotations; our finalizer; webhooks."""
+    try:
+        logging.getLogger().setLevel(log_level(os.environ))
+    except ValueError as err:
+        raise kopf.PermanentError(str(err)) from err
     memo.runtime = Runtime.from_env(os.environ)
     settings.persistence.finalizer = f"{PREFIX}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
@@ -59,7 +65,24 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.label_selectors["v1", "pods"] = selector(SERVING)
     if os.environ.get("GLMOPS_METRICS_PORT"):
         serve_metrics(int(os.environ["GLMOPS_METRICS_PORT"]))
-    server = webhook_server_from_env(os.environ)
+    try:
+        server = webhook_server_from_env(os.environ)
+    except ValueError as err:  # a malformed setting: retrying cannot fix it
+        raise kopf.PermanentError(str(err)) from err
     if server is not None:
         settings.admission.server = server
-        settings.admission.managed = PREFIX
+        # The chart owns its webhook configurations: kopf must never write them, nor remove them on shutdown.
+        settings.admission.managed = None if isinstance(server, SecretWebhookServer) else PREFIX
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def log_level(env: Mapping[str, str]) -> str:
+    """GLMOPS_LOG_LEVEL (the chart's logLevel), INFO when unset; anything else stops the operator with the fix."""
+    level = env.get("GLMOPS_LOG_LEVEL", "INFO").strip().upper() or "INFO"
+    if level not in LOG_LEVELS:
+        raise ValueError(
+            f"GLMOPS_LOG_LEVEL: {env['GLMOPS_LOG_LEVEL']!r} is not a log level; use one of {', '.join(LOG_LEVELS)}"
+        )
+    return level

@@ -1,8 +1,10 @@
 """The admission webhook server: where the API server reaches the operator, and with which certificate.
 
-Local (the API server on the same host): a URL clientConfig, `https://<GLMOPS_WEBHOOK_HOST>:<port>`.
-In a cluster: a Service clientConfig (`GLMOPS_WEBHOOK_SERVICE=namespace/name`), since kube-apiserver
-does not resolve cluster DNS names in URLs. Certificates come from files (a Secret mounted by the chart).
+Local (the API server on the same host, tests): a URL clientConfig, `https://<GLMOPS_WEBHOOK_HOST>:<port>`,
+certificates from files, and a webhook configuration that kopf creates and keeps (`settings.admission.managed`).
+Installed by the chart (`GLMOPS_WEBHOOK_SECRET` set): the chart owns the configurations and their Service
+clientConfig; the certificate is kept in a Secret (`k8s/webhook_certs.py`), reloaded without a restart, and a
+readiness endpoint says whether the server answers (docs/webhooks.md).
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import tempfile
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import aiohttp.web
@@ -19,6 +23,8 @@ import kopf
 from glm_operator.api import GROUP, PLURAL, VERSION
 from glm_operator.api.constants import REPAIR_WEBHOOK_ID, VALIDATE_WEBHOOK_ID
 from glm_operator.k8s.admission_review import MAX_BODY_BYTES, Refusal, check_request_line, parse_review
+from glm_operator.k8s.webhook_certs import CertificateSource, sync_certificates_async
+from glm_operator.render.webhook_certs import WebhookCertificates, not_after
 
 log = logging.getLogger(__name__)
 WEBHOOK_IDS = frozenset({REPAIR_WEBHOOK_ID, VALIDATE_WEBHOOK_ID})
@@ -79,38 +85,134 @@ async def _read_body(request: aiohttp.web.Request) -> bytes:
     return b"".join(chunks)
 
 
-class ServiceWebhookServer(GuardedWebhookServer):
-    """kopf's server, advertised to the API server through a Service instead of a URL."""
+class SecretWebhookServer(GuardedWebhookServer):
+    """The chart's server: advertised through the chart's Service, its certificate kept in a Secret.
 
-    def __init__(self, *, service_namespace: str, service_name: str, service_port: int, **kwargs: Any) -> None:
+    kopf is told the configurations are not its own (`settings.admission.managed` unset), so nothing here or in
+    kopf creates, patches or deletes a webhook configuration, at start or on shutdown; `k8s/webhook_certs.py`
+    only fills the caBundle of the two the chart rendered. A changed certificate is loaded into the live TLS
+    context: connections opened after that get it, open ones finish on the old one, and the listening socket is
+    never closed (kopf's own file watch would restart the server, refusing connections meanwhile).
+    """
+
+    def __init__(
+        self, *, source: CertificateSource, resync_seconds: float, readiness_port: int | None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
-        self.service = {"namespace": service_namespace, "name": service_name, "port": service_port, "path": ""}
+        self.source = source
+        self.resync_seconds = resync_seconds
+        self.readiness_port = readiness_port
+        self.loaded: WebhookCertificates | None = None
+        self.ssl_context = ssl.create_default_context(purpose=ssl.Purpose.CLIENT_AUTH)
+        self.ssl_context.minimum_version = ssl.TLSVersion.TLSv1_2
+
+    def _build_ssl(self) -> tuple[bytes | None, ssl.SSLContext | None]:
+        return None, self.ssl_context
+
+    def load(self, certs: WebhookCertificates) -> bool:
+        """Serve `certs` on connections opened from now on; False when they are already served."""
+        if certs == self.loaded:
+            return False
+        with tempfile.TemporaryDirectory(prefix="glmops-webhook-") as tmp:
+            cert, key = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"
+            cert.write_bytes(certs.tls_cert)
+            key.touch(mode=0o600)
+            key.write_bytes(certs.tls_key)
+            self.ssl_context.load_cert_chain(cert, key)
+        self.loaded = certs
+        log.info("webhook server: serving the certificate that expires %s", not_after(certs.tls_cert))
+        return True
+
+    async def _initial_certificates(self) -> WebhookCertificates:
+        delay = 1.0
+        while True:
+            try:
+                return await sync_certificates_async(self.source)
+            except Exception as err:  # noqa: BLE001 (retried: cert-manager may not have issued it yet)
+                log.warning("webhook certificate not ready, retrying in %.0f s: %s", delay, err)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    async def _resync_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.resync_seconds)
+            try:
+                self.load(await sync_certificates_async(self.source))
+            except Exception:  # noqa: BLE001 (keep serving the loaded certificate; try again next round)
+                log.exception("webhook certificate resync failed; still serving the loaded one")
 
     async def __call__(self, fn: Any) -> AsyncIterator[Any]:
-        async for config in super().__call__(fn):
-            advertised = {k: v for k, v in dict(config).items() if k != "url"}
-            advertised["service"] = dict(self.service)
-            yield advertised
+        self.load(await self._initial_certificates())
+        resync = asyncio.create_task(self._resync_forever(), name="webhook certificate resync")
+        readiness = await self._serve_readiness() if self.readiness_port is not None else None
+        try:
+            async for config in super().__call__(fn):
+                advertised = {k: v for k, v in dict(config).items() if k not in ("url", "caBundle")}
+                advertised["service"] = {"namespace": self.source.namespace, "name": self.source.service, "path": ""}
+                yield advertised  # informational only: kopf does not manage the configurations in this mode
+        finally:
+            resync.cancel()
+            if readiness is not None:
+                await readiness.cleanup()
+
+    async def _serve_readiness(self) -> aiohttp.web.AppRunner:
+        app = aiohttp.web.Application()
+        app.add_routes([aiohttp.web.get("/readyz", self._readyz)])
+        runner = aiohttp.web.AppRunner(app, handle_signals=False, access_log=None)
+        await runner.setup()
+        await aiohttp.web.TCPSite(runner, "0.0.0.0", self.readiness_port).start()  # noqa: S104 (kubelet probes it)
+        return runner
+
+    async def _readyz(self, _: aiohttp.web.Request) -> aiohttp.web.Response:
+        """Ready once the webhook server answers over TLS with the certificate the API server is told to trust."""
+        problem = await webhook_answers(self.port or 0, self.loaded, self.source.dns_names[2], self.addr)
+        if problem:
+            return aiohttp.web.Response(status=503, text=f"webhook server not ready: {problem}\n")
+        return aiohttp.web.Response(text="ok\n")
+
+
+async def webhook_answers(port: int, certs: WebhookCertificates | None, hostname: str, addr: str | None) -> str:
+    """Empty when the webhook server at `port` answers HTTP over TLS verified for `hostname`; else what failed."""
+    if certs is None or not port:
+        return "no certificate loaded yet"
+    host = "127.0.0.1" if addr in (None, "", "0.0.0.0") else addr  # noqa: S104
+    context = ssl.create_default_context(cadata=certs.ca_bundle.decode("ascii"))
+    url = f"https://{host}:{port}/{VALIDATE_WEBHOOK_ID}"
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as session,
+            # A GET: aiohttp answers 405 before any handler runs (webhooks are POSTs), and nothing is logged.
+            session.get(url, ssl=context, server_hostname=hostname) as response,
+        ):
+            return "" if response.status < 500 else f"HTTP {response.status}"
+    except (aiohttp.ClientError, TimeoutError, ssl.SSLError, OSError) as err:
+        return f"{type(err).__name__}: {err}"
 
 
 def webhook_server_from_env(env: Mapping[str, str]) -> GuardedWebhookServer | None:
-    """The server the environment asks for; None when webhooks are switched off (GLMOPS_WEBHOOK=off)."""
+    """The server the environment asks for; None when webhooks are switched off (GLMOPS_WEBHOOK=off).
+
+    With GLMOPS_WEBHOOK_SECRET set (the chart), a SecretWebhookServer; otherwise a URL server with certificate
+    files, whose webhook configuration kopf manages (local runs and tests).
+    """
     if env.get("GLMOPS_WEBHOOK", "on") == "off":
         return None
-    common: dict[str, Any] = {
-        "addr": env.get("GLMOPS_WEBHOOK_ADDR", "0.0.0.0"),
-        "port": int(env.get("GLMOPS_WEBHOOK_PORT", "9443")),
-        "certfile": env.get("GLMOPS_WEBHOOK_CERT") or None,
-        "pkeyfile": env.get("GLMOPS_WEBHOOK_KEY") or None,
-        "cafile": env.get("GLMOPS_WEBHOOK_CA") or None,
-    }
-    service = env.get("GLMOPS_WEBHOOK_SERVICE")
-    if service:
-        namespace, _, name = service.partition("/")
-        return ServiceWebhookServer(
-            service_namespace=namespace,
-            service_name=name,
-            service_port=int(env.get("GLMOPS_WEBHOOK_SERVICE_PORT", "443")),
-            **common,
+    addr = env.get("GLMOPS_WEBHOOK_ADDR", "0.0.0.0")  # noqa: S104
+    port = int(env.get("GLMOPS_WEBHOOK_PORT", "9443"))
+    if env.get("GLMOPS_WEBHOOK_SECRET"):
+        readiness = env.get("GLMOPS_READINESS_PORT")
+        return SecretWebhookServer(
+            source=CertificateSource.from_env(env),
+            resync_seconds=float(env.get("GLMOPS_WEBHOOK_CERT_RESYNC_SECONDS", "60")),
+            readiness_port=int(readiness) if readiness else None,
+            addr=addr,
+            port=port,
         )
-    return GuardedWebhookServer(host=env.get("GLMOPS_WEBHOOK_HOST"), **common)
+    return GuardedWebhookServer(
+        addr=addr,
+        port=port,
+        host=env.get("GLMOPS_WEBHOOK_HOST"),
+        certfile=env.get("GLMOPS_WEBHOOK_CERT") or None,
+        pkeyfile=env.get("GLMOPS_WEBHOOK_KEY") or None,
+        cafile=env.get("GLMOPS_WEBHOOK_CA") or None,
+    )

@@ -1,8 +1,10 @@
 """values.schema.json and the chart's values table, generated from the commented values.yaml.
 
 A `# -- text` comment right above a key documents it (continued by further `#` lines). Types come
-from the default values. A mapping whose every key is documented is closed (`additionalProperties:
-false`), so a typo in a documented section fails `helm install` instead of being silently ignored.
+from the default values; a `# @schema {enum: [...], minimum: N}` line in that comment adds JSON-schema
+keywords (enum, minimum, maximum, pattern), checked against the default. A mapping whose every key is
+documented is closed (`additionalProperties: false`), so a typo in a documented section fails
+`helm install` instead of being silently ignored.
 """
 
 from __future__ import annotations
@@ -16,15 +18,40 @@ import yaml
 _KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_.-]+):")
 
 
+_ANNOTATION = "# @schema"
+_KEYWORDS = frozenset({"enum", "minimum", "maximum", "pattern"})
+
+
 def value_descriptions(text: str) -> dict[tuple[str, ...], str]:
     """Map each documented key path to its `# --` description."""
+    return _documented(text)[0]
+
+
+def schema_annotations(text: str) -> dict[tuple[str, ...], dict[str, Any]]:
+    """Map each key path with a `# @schema {...}` line to those JSON-schema keywords."""
+    return _documented(text)[1]
+
+
+def _annotation(line: str) -> dict[str, Any]:
+    extra = yaml.safe_load(line.removeprefix(_ANNOTATION)) or {}
+    if not isinstance(extra, dict) or not set(extra) <= _KEYWORDS:
+        raise ValueError(f"{line!r}: expected a mapping of {', '.join(sorted(_KEYWORDS))}")
+    return extra
+
+
+def _documented(text: str) -> tuple[dict[tuple[str, ...], str], dict[tuple[str, ...], dict[str, Any]]]:
     docs: dict[tuple[str, ...], str] = {}
+    annotations: dict[tuple[str, ...], dict[str, Any]] = {}
     stack: list[tuple[int, str]] = []
     pending: list[str] | None = None
+    extra: dict[str, Any] = {}
     for line in text.splitlines():
         stripped = line.strip()
         if stripped.startswith("# --"):
-            pending = [stripped[4:].strip()]
+            pending, extra = [stripped[4:].strip()], {}
+            continue
+        if stripped.startswith(_ANNOTATION) and pending is not None:
+            extra.update(_annotation(stripped))
             continue
         if stripped.startswith("#") and pending is not None:
             pending.append(stripped[1:].strip())
@@ -39,14 +66,22 @@ def value_descriptions(text: str) -> dict[tuple[str, ...], str]:
         stack.append((indent, match["key"]))
         if pending:
             docs[tuple(k for _, k in stack)] = " ".join(pending)
-        pending = None
-    return docs
+            if extra:
+                annotations[tuple(k for _, k in stack)] = extra
+        pending, extra = None, {}
+    return docs, annotations
 
 
-def _schema(value: Any, path: tuple[str, ...], docs: dict[tuple[str, ...], str]) -> dict[str, Any]:
+def _schema(
+    value: Any,
+    path: tuple[str, ...],
+    docs: dict[tuple[str, ...], str],
+    extras: dict[tuple[str, ...], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     node: dict[str, Any]
+    extras = extras or {}
     if isinstance(value, dict):
-        props = {k: _schema(v, (*path, k), docs) for k, v in value.items()}
+        props = {k: _schema(v, (*path, k), docs, extras) for k, v in value.items()}
         node = {"type": "object"}
         if props:
             node["properties"] = props
@@ -55,7 +90,7 @@ def _schema(value: Any, path: tuple[str, ...], docs: dict[tuple[str, ...], str])
     elif isinstance(value, list):
         node = {"type": "array"}
         if value:
-            node["items"] = _schema(value[0], (*path, "[]"), docs)
+            node["items"] = _schema(value[0], (*path, "[]"), docs, extras)
     elif isinstance(value, bool):
         node = {"type": "boolean"}
     elif isinstance(value, int):
@@ -66,17 +101,32 @@ def _schema(value: Any, path: tuple[str, ...], docs: dict[tuple[str, ...], str])
         node = {}
     else:
         node = {"type": "string"}
+    if path in extras:
+        _check_default(path, value, extras[path])
+        node.update(extras[path])
     if path in docs:
         node["description"] = docs[path]
     return node
 
 
+def _check_default(path: tuple[str, ...], value: Any, extra: dict[str, Any]) -> None:
+    """A default its own schema refuses would make every install fail: refuse it at generation instead."""
+    where = ".".join(path)
+    if "enum" in extra and value not in extra["enum"]:
+        raise ValueError(f"values.yaml {where}: default {value!r} is not in its @schema enum {extra['enum']}")
+    if "minimum" in extra and value < extra["minimum"]:
+        raise ValueError(f"values.yaml {where}: default {value!r} is below its @schema minimum {extra['minimum']}")
+    if "maximum" in extra and value > extra["maximum"]:
+        raise ValueError(f"values.yaml {where}: default {value!r} is above its @schema maximum {extra['maximum']}")
+
+
 def values_schema(values_text: str) -> dict[str, Any]:
     """The JSON schema of the chart's values."""
     values = yaml.safe_load(values_text) or {}
+    docs, extras = _documented(values_text)
     schema = {
         "$schema": "https://json-schema.org/draft-07/schema#",
-        **_schema(values, (), value_descriptions(values_text)),
+        **_schema(values, (), docs, extras),
     }
     return schema
 
