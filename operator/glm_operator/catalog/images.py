@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Literal
 
@@ -42,6 +42,27 @@ class ImageInfo(BaseModel):
     patched: bool
 
 
+@lru_cache(maxsize=32)
+def _known_images(
+    versions: tuple[str, ...],
+    stock: tuple[tuple[str, str], ...],
+    patched: tuple[tuple[str, str], ...],
+    patches: tuple[tuple[str, PatchRange], ...],
+) -> dict[str, ImageInfo]:
+    """The images a catalog knows, from its content (hashable, so one admission does not rebuild them per rule)."""
+    stock_refs, patched_refs = dict(stock), dict(patched)
+    out: dict[str, ImageInfo] = {}
+    for version in versions:
+        parsed = Version.parse(version)
+        for platform in ("cuda", "rocm"):
+            ref = stock_refs[platform].format(version=version)
+            out[ref] = ImageInfo(ref=ref, version=version, platform=platform, patches=(), known=True, patched=False)
+            ref = patched_refs[platform].format(version=version)
+            carried = tuple(name for name, rng in patches if rng.covers(platform, parsed))
+            out[ref] = ImageInfo(ref=ref, version=version, platform=platform, patches=carried, known=True, patched=True)
+    return out
+
+
 class ImageCatalog(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -74,30 +95,17 @@ class ImageCatalog(BaseModel):
         return self.model_copy(update={"patched_images": moved, "extra": {**packaged, **self.extra}})
 
     def known_images(self) -> dict[str, ImageInfo]:
-        out: dict[str, ImageInfo] = {}
-        for version in self.versions:
-            for platform in ("cuda", "rocm"):
-                stock = self.stock_ref(platform, version)
-                out[stock] = ImageInfo(
-                    ref=stock, version=version, platform=platform, patches=(), known=True, patched=False
-                )
-                ref = self.patched_ref(platform, version)
-                out[ref] = ImageInfo(
-                    ref=ref,
-                    version=version,
-                    platform=platform,
-                    patches=self.patches_for(platform, version),
-                    known=True,
-                    patched=True,
-                )
-        return out
+        """Every stock and patched image of the catalog's versions (computed once per catalog content)."""
+        return _known_images(
+            self.versions, tuple(self.stock.items()), tuple(self.patched_images.items()), tuple(self.patches.items())
+        )
 
     def describe(self, ref: str) -> ImageInfo:
         """Catalog facts for a known image; for an unknown one, the version in its tag and no patches."""
         bare = ref.split("@", 1)[0]
-        known = {**self.known_images(), **self.extra}
-        if bare in known:
-            return known[bare]
+        found = self.extra.get(bare) or self.known_images().get(bare)
+        if found is not None:
+            return found
         name, _, tag = bare.rpartition(":") if ":" in bare.rsplit("/", 1)[-1] else (bare, "", "")
         version = Version.from_tag(tag) if tag else None
         platform: Platform | None = "rocm" if "rocm" in name.lower() else None

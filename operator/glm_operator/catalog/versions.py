@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from functools import total_ordering
+from functools import lru_cache, total_ordering
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[.+-]?([A-Za-z0-9.+-]*))?$")
 
@@ -19,10 +19,7 @@ class Version:
 
     @classmethod
     def parse(cls, text: str) -> Version:
-        match = _VERSION.match(text.strip())
-        if not match:
-            raise ValueError(f"not a vLLM version: {text!r} (expected MAJOR.MINOR.PATCH, e.g. 0.30.0)")
-        return cls(int(match[1]), int(match[2]), int(match[3]), match[4] or "")
+        return _parse(text)
 
     @classmethod
     def from_tag(cls, tag: str) -> Version | None:
@@ -48,3 +45,12 @@ class Version:
 
     def __repr__(self) -> str:
         return f"Version({self})"
+
+
+@lru_cache(maxsize=1024)
+def _parse(text: str) -> Version:
+    """Parsed once per string: versions are compared on every admission (a Version is never changed after)."""
+    match = _VERSION.match(text.strip())
+    if not match:
+        raise ValueError(f"not a vLLM version: {text!r} (expected MAJOR.MINOR.PATCH, e.g. 0.30.0)")
+    return Version(int(match[1]), int(match[2]), int(match[3]), match[4] or "")
