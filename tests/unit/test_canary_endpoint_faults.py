@@ -63,3 +63,48 @@ def test_each_endpoint_fault_is_one_endpoint_error_within_the_request_timeout(ki
 def test_an_unknown_endpoint_fault_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="expected one of http-500"):
         endpoint_fault_middleware("flaky")
+
+
+def test_a_keepalive_connection_the_server_drops_as_the_request_goes_out_is_retried_once() -> None:
+    """vLLM closes idle keep-alive connections after 5 s; a request racing that close must not fail the canary."""
+    answer = b'{"object": "list", "data": [{"id": "zai-org/GLM-5.3"}]}'
+
+    async def scenario() -> tuple[list[str], int]:
+        served: list[str] = []
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            first = True
+            while request := await reader.readuntil(b"\r\n\r\n"):
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in request.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    ),
+                    0,
+                )
+                await reader.readexactly(length)
+                if not first:  # the second request on a kept-alive connection: closed unanswered
+                    writer.close()
+                    return
+                first = False
+                served.append(request.split(b" ")[1].decode())
+                head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(answer)}\r\n\r\n"
+                writer.write(head.encode() + answer)
+                await writer.drain()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = OpenAIClient(f"http://127.0.0.1:{port}")
+        try:
+            # POST, as the canary's chat and completions are: aiohttp retries only idempotent methods itself.
+            await client._json("POST", "/v1/completions", json={"prompt": "2+2="})
+            data = await client._json("POST", "/v1/completions", json={"prompt": "2+2="})
+        finally:
+            await client.close()
+            server.close()
+        return served, len(data["data"])
+
+    served, models = asyncio.run(scenario())
+    assert served == ["/v1/completions", "/v1/completions"], "the dropped request went again, on a new connection"
+    assert models == 1

@@ -7,6 +7,9 @@ from typing import Any
 
 import aiohttp
 
+KEEPALIVE_S = 2.0
+"""Idle pooled connections are dropped after this, well before vLLM's own 5 s keep-alive timeout."""
+
 
 class EndpointError(Exception):
     """The endpoint could not be reached or answered with an error."""
@@ -29,13 +32,23 @@ class OpenAIClient:
     async def _request(self, method: str, path: str, **kwargs: Any) -> str:
         if self._session is None:
             # The canaries bound their own concurrency (GSM8K up to 256 in flight): no pool limit here.
-            connector = aiohttp.TCPConnector(limit=0)
+            # vLLM closes a keep-alive connection after 5 idle seconds (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, vllm/envs.py);
+            # aiohttp would keep it 15 s and send the next request into a socket the server has closed.
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
-        try:
-            async with self._session.request(method, f"{self.base_url}{path}", **kwargs) as response:
-                text = await response.text()
-        except (TimeoutError, aiohttp.ClientError) as err:
-            raise EndpointError(f"{self.base_url}{path}: {err.__class__.__name__}: {err}") from err
+        url = f"{self.base_url}{path}"
+        for attempt in (1, 2):
+            try:
+                async with self._session.request(method, url, **kwargs) as response:
+                    text = await response.text()
+                break
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as err:
+                # A pooled connection the server closed as this request went out: nothing was answered, and
+                # every canary request is free of side effects, so it goes once more on a fresh connection.
+                if attempt == 2 or isinstance(err, aiohttp.ClientConnectorError):
+                    raise EndpointError(f"{url}: {err.__class__.__name__}: {err}") from err
+            except (TimeoutError, aiohttp.ClientError) as err:
+                raise EndpointError(f"{url}: {err.__class__.__name__}: {err}") from err
         if response.status >= 400:
             raise EndpointError(f"{self.base_url}{path}: HTTP {response.status}: {text[:300]}")
         return text
