@@ -108,3 +108,13 @@ def test_a_keepalive_connection_the_server_drops_as_the_request_goes_out_is_retr
     served, models = asyncio.run(scenario())
     assert served == ["/v1/completions", "/v1/completions"], "the dropped request went again, on a new connection"
     assert models == 1
+
+
+def test_the_client_drops_idle_connections_before_every_supported_vllm_does() -> None:
+    from glm_operator.canary.client import KEEPALIVE_S
+    from glm_operator.catalog.images import load_images
+    from glm_operator.catalog.versions import Version
+    from glm_operator.catalog.vllm_facts import HTTP_KEEP_ALIVE_S
+
+    for version in load_images().versions:
+        assert HTTP_KEEP_ALIVE_S.at(Version.parse(version)) > KEEPALIVE_S, version

@@ -258,6 +258,16 @@ def aiter_switch_defaults(src: Source) -> tuple[Any, str]:
     return tuple(values), ", ".join(where)
 
 
+def http_keep_alive(src: Source) -> tuple[Any, str]:
+    """The default of `lambda: int(os.environ.get("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "N"))`."""
+    rel = "envs.py"
+    key, lam = _env_table(src.tree(rel))["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]
+    assert isinstance(lam, ast.Lambda), "VLLM_HTTP_TIMEOUT_KEEP_ALIVE: not a lambda"
+    match = re.fullmatch(r"int\(os\.environ\.get\('VLLM_HTTP_TIMEOUT_KEEP_ALIVE', '(\d+)'\)\)", _text(lam.body))
+    assert match, f"VLLM_HTTP_TIMEOUT_KEEP_ALIVE is read in a way glmops does not know: {_text(lam.body)}"
+    return int(match[1]), f"{rel}:{key.lineno}"
+
+
 def _env_table(tree: ast.Module) -> dict[str, tuple[ast.expr, ast.expr]]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict):

@@ -461,6 +461,24 @@ DSA_TOPK_REUSE = Fact(
     },
 )
 
+# --- The HTTP server the canaries talk to -------------------------------------------------------------------------
+
+HTTP_KEEP_ALIVE_S = Fact(
+    id="http-keep-alive",
+    claim=(
+        "Seconds the OpenAI server keeps an idle keep-alive connection open (`VLLM_HTTP_TIMEOUT_KEEP_ALIVE`, "
+        "passed to uvicorn's `timeout_keep_alive`); the canary client drops its idle connections sooner."
+    ),
+    since=(("0.27.1", 5),),
+    where={
+        "0.27.1": "envs.py:1091",
+        "0.30.0": "envs.py:1117",
+        "0.31.0": "envs.py:1137",
+        "0.32.0": "envs.py:1143",
+        "0.33.0": "envs.py:1135",
+    },
+)
+
 FACTS: tuple[Fact[object], ...] = (
     ALL2ALL_BACKENDS,
     ALL2ALL_CLI_REMOVED,
@@ -483,6 +501,7 @@ FACTS: tuple[Fact[object], ...] = (
     MLA_FP4BMM_NEEDS_BF16,
     PP_DEFAULT_SPLIT,
     DSA_TOPK_REUSE,
+    HTTP_KEEP_ALIVE_S,
 )
 
 
