@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -221,6 +222,9 @@ def test_without_leader_worker_set_a_multi_node_replica_is_an_indexed_stateful_s
 def lws_crd(kubectl: Kubectl) -> Iterator[None]:
     kubectl.run("apply", "-f", str(REPO / "tests" / "support" / "leaderworkerset-crd.yaml"))
     kubectl.run("wait", "--for=condition=Established", "crd/leaderworkersets.leaderworkerset.x-k8s.io")
+    # The operator re-checks whether the API is served at most every GLMOPS_DISCOVERY_TTL_SECONDS (1 s in the
+    # tests): a deployment created sooner may still be planned from the answer cached before the install.
+    time.sleep(2)
     yield
     kubectl.run("delete", "crd", "leaderworkersets.leaderworkerset.x-k8s.io", "--timeout=60s", check=False)
 
