@@ -4,6 +4,7 @@
 # Debian/Ubuntu (apt-get); as root or with sudo. Safe to run twice. It never starts the packaged
 # containerd service: node.sh runs its own containerd with its own socket and state.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
 need=()
 command -v containerd >/dev/null 2>&1 || need+=(containerd)
 command -v runc >/dev/null 2>&1 || need+=(runc)
@@ -12,12 +13,4 @@ command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v conntrack >/dev/null 2>&1 || need+=(conntrack)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v findmnt >/dev/null 2>&1 || need+=(util-linux)
-((${#need[@]})) || exit 0
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "missing system packages: ${need[*]}; install them with your package manager" >&2
-  exit 1
-fi
-sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
-echo "installing system packages: ${need[*]}" >&2
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
+glmops_apt_install ${need[@]+"${need[@]}"}

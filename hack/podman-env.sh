@@ -2,6 +2,7 @@
 # Sourced by the image scripts: installs podman and mmdebstrap when missing (Debian/Ubuntu, as
 # hack/system-deps.sh does) and points podman at hack/containers.conf. Defines GLMOPS_IMAGE_CACHE.
 HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$HACK_DIR/apt.sh"
 export CONTAINERS_CONF="${CONTAINERS_CONF:-$HACK_DIR/containers.conf}"
 GLMOPS_IMAGE_CACHE="${GLMOPS_CACHE:-$HOME/.cache/glmops}/images"
 mkdir -p "$GLMOPS_IMAGE_CACHE"
@@ -11,13 +12,5 @@ glmops_image_deps() {
   command -v podman >/dev/null 2>&1 || need+=(podman)
   command -v runc >/dev/null 2>&1 || need+=(runc)
   command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
-  ((${#need[@]})) || return 0
-  if ! command -v apt-get >/dev/null 2>&1; then
-    echo "missing system packages: ${need[*]}; install them with your package manager" >&2
-    return 1
-  fi
-  local sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
-  echo "installing system packages: ${need[*]}" >&2
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
+  glmops_apt_install ${need[@]+"${need[@]}"}
 }
