@@ -66,6 +66,23 @@ pid_alive() {
   [[ "$cmd" == *"/$1 "* ]]
 }
 
+# stop_recorded NAME: TERM the recorded process, KILL it after 10s, forget its pid.
+stop_recorded() {
+  local name="$1" pidfile; pidfile="$(state_dir)/pids/$1.pid"
+  [[ -f "$pidfile" ]] || return 0
+  if pid_alive "$name"; then
+    local pid; pid="$(cat "$pidfile")"
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "$name (pid $pid) ignored SIGTERM for 10s; sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    log "stopped $name (pid $pid)"
+  fi
+  rm -f "$pidfile"
+}
+
 # pid_running NAME: the recorded process of NAME still exists (it may not have exec'd its binary yet).
 pid_running() {
   local f; f="$(state_dir)/pids/$1.pid"

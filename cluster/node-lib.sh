@@ -248,23 +248,6 @@ node_up() {
   log "real node $NODE_NAME Ready in $(python3 -c "print(f'{$(date +%s.%N) - $t0:.1f}')")s (pods on $NODE_POD_CIDR, bridge $NODE_BRIDGE)"
 }
 
-# stop_recorded NAME: TERM the recorded process, KILL it after 10s, forget its pid.
-stop_recorded() {
-  local name="$1" pidfile; pidfile="$(state_dir)/pids/$1.pid"
-  [[ -f "$pidfile" ]] || return 0
-  if pid_alive "$name"; then
-    local pid; pid="$(cat "$pidfile")"
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    if kill -0 "$pid" 2>/dev/null; then
-      log "$name (pid $pid) ignored SIGTERM for 10s; sending SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-    log "stopped $name (pid $pid)"
-  fi
-  rm -f "$pidfile"
-}
-
 # While the API server and kubelet still run, let the kubelet tear its pods down the normal way
 # (containers stopped, CNI DEL, volumes unmounted), then take the Node object away.
 node_drain() {
