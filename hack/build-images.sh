@@ -46,11 +46,6 @@ else
   [[ -n $ca && -s $ca ]] && secret=(--secret "id=ca,src=$ca")
   podman build --file images/operator/Dockerfile --build-arg "BASE_IMAGE=$base" "${secret[@]}" \
     --label "dev.glmops.image=operator" --label "dev.glmops.context-hash=$hash" --tag "$image" "$context" >&2
-  podman save --quiet --format docker-archive --output "$archive.partial" "$image"
-  mv "$archive.partial" "$archive"
-  find "$GLMOPS_IMAGE_CACHE" -maxdepth 1 -name 'operator-*.tar' ! -name "${archive##*/}" -delete
-  # Earlier builds of this image lost their tag to this one: drop them (not the layer cache, which has no label).
-  podman image prune --force --filter "label=dev.glmops.image=operator" >/dev/null
+  glmops_keep_image operator "$image" "$archive"
 fi
-size=$(podman image inspect --format "{{.Size}}" "$image")
-printf 'image=%s\narchive=%s\nbase=%s\nsize=%s\n' "$image" "$archive" "$base" "$size"
+glmops_report_image "$image" "$archive" "$base"

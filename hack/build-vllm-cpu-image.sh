@@ -42,11 +42,6 @@ else
   cp -al "$plugin/site" "$context/plugin"
   podman build --file images/vllm-cpu/Dockerfile --build-arg "BASE_IMAGE=$base" \
     --label "dev.glmops.image=vllm-cpu" --label "dev.glmops.context-hash=$hash" --tag "$image" "$context" >&2
-  podman save --quiet --format docker-archive --output "$archive.partial" "$image"
-  mv "$archive.partial" "$archive"
-  find "$GLMOPS_IMAGE_CACHE" -maxdepth 1 -name 'vllm-cpu-*.tar' ! -name "${archive##*/}" -delete
-  # Earlier builds of this image lost their tag to this one: drop them (not the layer cache, which has no label).
-  podman image prune --force --filter "label=dev.glmops.image=vllm-cpu" >/dev/null
+  glmops_keep_image vllm-cpu "$image" "$archive"
 fi
-size=$(podman image inspect --format "{{.Size}}" "$image")
-printf 'image=%s\narchive=%s\nbase=%s\nsize=%s\n' "$image" "$archive" "$base" "$size"
+glmops_report_image "$image" "$archive" "$base"
