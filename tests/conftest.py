@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import REPO, Cluster, Kubectl, eventually, run_script, script_env
+from tests.support.cluster import (
+    REPO,
+    Cluster,
+    Kubectl,
+    eventually,
+    run_script,
+    script_env,
+    stop_process,
+    wait_for_admission,
+)
 
 TEST_WEBHOOK_PORT = "19543"
 TEST_METRICS_PORT = "19544"
@@ -102,34 +111,16 @@ class OperatorProcess:
             stderr=subprocess.STDOUT,
             cwd=REPO,
         )
-        # A GLMDeployment the rules refuse (expert parallelism over a single rank): once the API server
-        # refuses it through our webhook, admission is live end to end.
-        probe = (
-            "apiVersion: glmops.dev/v1alpha1\nkind: GLMDeployment\nmetadata: {name: probe, namespace: default}\n"
-            "spec: {model: {name: zai-org/GLM-5.3}, accelerator: {type: H200}, parallelism: {expert: true}}\n"
-        )
-
-        def webhooks_answer() -> bool:
-            assert self.proc is not None and self.proc.poll() is None, f"operator exited: see {ARTIFACTS}"
-            out = self.kubectl.run("apply", "--dry-run=server", "-f", "-", input=probe, check=False)
-            assert "glmops-validate.glmops.dev" in out.stderr, out.stderr or out.stdout
-            return True
-
         if wait:
-            eventually(webhooks_answer, timeout=90, what="the operator's admission webhooks to answer")
+            wait_for_admission(self.kubectl, "default", self._alive, "the operator's admission webhooks to answer")
+
+    def _alive(self) -> None:
+        assert self.proc is not None and self.proc.poll() is None, f"operator exited: see {ARTIFACTS}"
 
     def stop(self, kill: bool = False) -> None:
         if self.proc is None:
             return
-        if kill:
-            self.proc.kill()
-        else:
-            self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc, kill)
         self.proc = None
 
 

@@ -239,11 +239,7 @@ def operator_in_image(
     try:
         yield name, f"http://127.0.0.1:{health}/healthz"
     finally:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        logs = podman("logs", name, check=False)
-        (ARTIFACTS / f"{name}.log").write_text(logs.stdout + logs.stderr)
-        podman("stop", "--time", "10", name, check=False)
-        podman("rm", "--force", "--ignore", name, check=False)
+        remove_container(name)
 
 
 @pytest.mark.cluster
@@ -280,3 +276,12 @@ def test_the_operator_from_the_image_admits_and_reconciles_a_glmdeployment(
     # The container did it, not some other operator watching the same cluster.
     logs = podman("logs", container)
     assert f"[{namespace}/{name}] Handler 'glmops-reconcile' succeeded" in logs.stdout + logs.stderr
+
+
+def remove_container(name: str) -> None:
+    """Keep a test container's log with the test artifacts, then stop and remove it."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    logs = podman("logs", name, check=False)
+    (ARTIFACTS / f"{name}.log").write_text(logs.stdout + logs.stderr)
+    podman("stop", "--time", "10", name, check=False)
+    podman("rm", "--force", "--ignore", name, check=False)

@@ -18,8 +18,7 @@ import httpx
 import pytest
 
 from glm_operator.render.dockerfile import PLUGIN_VERSION
-from tests.conftest import ARTIFACTS
-from tests.images.test_operator_image import LOCKED_DOWN, _free_port, podman
+from tests.images.test_operator_image import LOCKED_DOWN, _free_port, podman, remove_container
 from tests.support.cluster import REPO
 
 START_TIMEOUT_S = 600  # the server starts in about 80 s on an idle 2-core machine
@@ -76,11 +75,7 @@ def server(vllm_cpu_image: str, tiny_model: Path) -> Iterator[tuple[str, str]]:
             pytest.fail(f"the vLLM server in the image was not healthy within {START_TIMEOUT_S} s")
         yield url, name
     finally:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        logs = podman("logs", name, check=False)
-        (ARTIFACTS / f"{name}.log").write_text(logs.stdout + logs.stderr)
-        podman("stop", "--time", "10", name, check=False)
-        podman("rm", "--force", "--ignore", name, check=False)
+        remove_container(name)
 
 
 def test_the_server_in_the_image_serves_the_tiny_model(server: tuple[str, str]) -> None:

@@ -107,3 +107,38 @@ def eventually(check: Callable[[], Any], timeout: float = 60, interval: float = 
             last = err
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what or check}: {last}")
+
+
+# A GLMDeployment the rules refuse (expert parallelism over a single rank): once the API server refuses it through
+# the validating webhook, admission is live end to end.
+ADMISSION_PROBE = (
+    "apiVersion: glmops.dev/v1alpha1\nkind: GLMDeployment\nmetadata: {{name: probe, namespace: {ns}}}\n"
+    "spec: {{model: {{name: zai-org/GLM-5.3}}, accelerator: {{type: H200}}, parallelism: {{expert: true}}}}\n"
+)
+
+
+def wait_for_admission(kubectl: Kubectl, namespace: str, alive: Callable[[], None], what: str) -> None:
+    """Until the API server refuses the probe through glmops' validating webhook; `alive` asserts the server runs."""
+
+    def answers() -> bool:
+        alive()
+        out = kubectl.run(
+            "apply", "--dry-run=server", "-f", "-", input=ADMISSION_PROBE.format(ns=namespace), check=False
+        )
+        assert "glmops-validate.glmops.dev" in out.stderr, out.stderr or out.stdout
+        return True
+
+    eventually(answers, timeout=90, what=what)
+
+
+def stop_process(proc: subprocess.Popen[bytes], kill: bool = False) -> None:
+    """SIGTERM (or SIGKILL), then SIGKILL after 20 s; waits until it is gone."""
+    if kill:
+        proc.kill()
+    else:
+        proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from tests.support.cluster import REPO, Cluster, eventually
+from tests.support.cluster import REPO, Cluster, stop_process, wait_for_admission
 
 CHART = REPO / "charts" / "glmops"
 RELEASE = "glmops"
@@ -39,11 +39,6 @@ FORBIDDEN = re.compile(r"[Ff]orbidden|\b(?:status=|'code': )403\b")
 # A 403 that is no refusal of the operator's rights: a write into a namespace being deleted (another test's).
 NOT_A_REFUSAL = "because it is being terminated"
 OBJECT_PREFIX = re.compile(r"\] \[([^/\]\s]+)/[^\]]+\] ")  # kopf's per-object log prefix: [namespace/name]
-# A GLMDeployment the rules refuse: once the API server refuses it through our webhook, admission is live.
-PROBE = (
-    "apiVersion: glmops.dev/v1alpha1\nkind: GLMDeployment\nmetadata: {{name: probe, namespace: {ns}}}\n"
-    "spec: {{model: {{name: zai-org/GLM-5.3}}, accelerator: {{type: H200}}, parallelism: {{expert: true}}}}\n"
-)
 
 
 def free_port() -> int:
@@ -199,25 +194,17 @@ class InstalledOperator:
         if self.env.get("GLMOPS_WEBHOOK") == "off":
             return
 
-        def webhooks_answer() -> bool:
-            assert self.proc is not None and self.proc.poll() is None, f"operator exited:\n{self.log()}"
-            out = self.cluster.kubectl.run(
-                "apply", "--dry-run=server", "-f", "-", input=PROBE.format(ns=probe_namespace), check=False
-            )
-            assert "glmops-validate.glmops.dev" in out.stderr, out.stderr or out.stdout
-            return True
+        wait_for_admission(
+            self.cluster.kubectl, probe_namespace, self._alive, "the installed operator's admission webhooks to answer"
+        )
 
-        eventually(webhooks_answer, timeout=90, what="the installed operator's admission webhooks to answer")
+    def _alive(self) -> None:
+        assert self.proc is not None and self.proc.poll() is None, f"operator exited:\n{self.log()}"
 
     def stop(self) -> None:
         if self.proc is None:
             return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc)
         self.proc = None
 
     def log(self) -> str:
