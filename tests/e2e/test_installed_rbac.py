@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from glm_operator.canary.gsm8k_data import generate
-from tests.conftest import ARTIFACTS
+from tests.conftest import ARTIFACTS, OperatorProcess
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually
 from tests.support.installed import RELEASE, InstalledOperator, can_i, kubectl_as
@@ -86,9 +86,22 @@ def _build_env(workdir: Path) -> dict[str, str]:
     }
 
 
+@pytest.fixture(scope="module")
+def only_the_installed_operator(operator: OperatorProcess) -> Iterator[None]:
+    """The tests' own all-namespaces operator stops while these run: two operators would fight over the same
+    GLMDeployments (it has no image builds, so it would put back the tag the installed one replaces by a digest)."""
+    operator.stop()
+    yield
+    operator.start()
+
+
 @pytest.fixture(scope="module", params=list(MODES), ids=list(MODES))
 def release(
-    request: pytest.FixtureRequest, cluster: Cluster, crd_installed: None, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    cluster: Cluster,
+    crd_installed: None,
+    only_the_installed_operator: None,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Release]:
     """The chart installed in one mode, its operator running under the ServiceAccount's token."""
     mode = MODES[request.param]
