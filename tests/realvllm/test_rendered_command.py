@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 
 from tests.realvllm.conftest import POD, SERVED_NAME, RealServer
-from tests.realvllm.rendered import ADDED, ADDED_ENV, CPU_NGRAM_LOOKUP, REPLACED, flag_value
+from tests.realvllm.rendered import ADDED, ADDED_ENV, REPLACED, flag_value
 
 # The flags every GLM-5.x pod gets, which these tests must exercise as rendered.
 GLM5_FLAGS = ("--served-model-name", "--reasoning-parser", "--tool-call-parser")
@@ -37,8 +37,15 @@ def test_the_server_process_runs_the_rendered_command_but_for_the_named_adaptati
     for flag in GLM5_FLAGS:
         assert running[flag] == rendered[flag], flag
     assert "--enable-auto-tool-choice" in real_vllm.argv
-    speculative = json.loads(str(running["--speculative-config"]))
-    assert speculative == {**POD.speculative, **CPU_NGRAM_LOOKUP}, "the rendered keys kept, only the lookup added"
+    assert (
+        json.loads(str(running["--speculative-config"]))
+        == POD.speculative
+        == {
+            "method": "ngram",
+            "num_speculative_tokens": 3,
+            "prompt_lookup_max": 3,
+        }
+    ), "spec.engine.speculative.promptLookupMax is rendered into the config the server runs"
 
 
 def test_the_rendered_environment_and_the_named_additions_reach_the_server(real_vllm: RealServer) -> None:
@@ -57,6 +64,7 @@ def test_vllm_took_the_glm5_parsers_and_speculation_as_rendered(real_vllm: RealS
     assert f"'tool_call_parser': '{flag_value(POD.argv, '--tool-call-parser')}'" in line, line
     assert "'enable_auto_tool_choice': True" in line, line
     assert "'method': 'ngram'" in line and "'num_speculative_tokens': 3" in line, line
+    assert "'prompt_lookup_max': 3" in line, line
 
 
 def test_a_tool_call_request_is_taken_by_the_rendered_tool_parser(real_vllm: RealServer) -> None:

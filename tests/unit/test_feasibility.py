@@ -108,6 +108,30 @@ def findings(b: B) -> dict[tuple[str, str], str]:
             "spec.engine.extraArgs[1]: --tensor-parallel-size=4",
         ),
         (
+            B().accelerator("H200").tensor(8).set("spec.engine.speculative", {"method": "mtp", "promptLookupMax": 3}),
+            "feasibility/ngram-lookup",
+            "error",
+            "spec.engine.speculative.promptLookupMax: 3: only the ngram method matches prompt n-grams",
+        ),
+        (
+            B()
+            .accelerator("H200")
+            .tensor(8)
+            .set("spec.engine.speculative", {"method": "ngram", "promptLookupMin": 4, "promptLookupMax": 3}),
+            "feasibility/ngram-lookup",
+            "error",
+            "spec.engine.speculative.promptLookupMin: 4: larger than promptLookupMax (3)",
+        ),
+        (
+            B()
+            .accelerator("H200")
+            .tensor(8)
+            .set("spec.engine.speculative", {"method": "ngram", "promptLookupMin": 3, "promptLookupMax": 3}),
+            "feasibility/ngram-lookup",
+            None,
+            None,
+        ),
+        (
             B().model("zai-org/GLM-5.3-FP8").accelerator("H200").tensor(8),
             "feasibility/model",
             "warning",

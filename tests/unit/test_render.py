@@ -67,6 +67,25 @@ def test_sample_renders_the_parallelism_and_image_the_spec_says(
     assert flag(args, "--reasoning-parser") == "glm45" and flag(args, "--tool-call-parser") == "glm47"
 
 
+@pytest.mark.parametrize(
+    "lookup, keys",
+    [
+        ({}, {}),
+        ({"promptLookupMax": 3}, {"prompt_lookup_max": 3}),
+        ({"promptLookupMin": 2, "promptLookupMax": 4}, {"prompt_lookup_min": 2, "prompt_lookup_max": 4}),
+    ],
+)
+def test_ngram_renders_only_the_lookup_bounds_that_are_set(lookup: dict[str, int], keys: dict[str, int]) -> None:
+    doc = sample("baseline-h200-glm53-fp8.yaml")
+    doc["spec"]["engine"]["speculative"] = {"method": "ngram", "numSpeculativeTokens": 3, **lookup}
+    plan, _ = rendered(doc)
+    assert json.loads(flag(plan.leader_args, "--speculative-config") or "") == {
+        "method": "ngram",
+        "num_speculative_tokens": 3,
+        **keys,
+    }
+
+
 def test_mtp_renders_the_speculative_config_json() -> None:
     plan, _ = rendered(sample("vllm-52833-fixed.yaml"))
     assert json.loads(flag(plan.leader_args, "--speculative-config") or "") == {

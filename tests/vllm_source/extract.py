@@ -268,6 +268,25 @@ def http_keep_alive(src: Source) -> tuple[Any, str]:
     return int(match[1]), f"{rel}:{key.lineno}"
 
 
+def ngram_lookup_defaults(src: Source) -> tuple[Any, str]:
+    """The (min, max) prompt-lookup defaults set when neither is given, inside the ngram-only branch."""
+    rel = "config/speculative.py"
+    both_unset = "self.prompt_lookup_min is None and self.prompt_lookup_max is None"
+    for branch in ast.walk(src.tree(rel)):
+        if not (isinstance(branch, ast.If) and "ngram" in _strings(branch.test)):
+            continue
+        for node in ast.walk(branch):
+            if isinstance(node, ast.If) and _text(node.test) == both_unset:
+                assigned = {
+                    _text(a.targets[0]): a.value.value
+                    for a in node.body
+                    if isinstance(a, ast.Assign) and isinstance(a.value, ast.Constant)
+                }
+                value = (assigned["self.prompt_lookup_min"], assigned["self.prompt_lookup_max"])
+                return value, f"{rel}:{node.lineno}"
+    raise LookupError(f"{rel}: no ngram branch defaulting both prompt-lookup bounds")
+
+
 def _env_table(tree: ast.Module) -> dict[str, tuple[ast.expr, ast.expr]]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict):

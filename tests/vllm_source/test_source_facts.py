@@ -68,6 +68,7 @@ READERS: dict[str, Callable[[Source], tuple[Any, str]]] = {
     facts.PP_DEFAULT_SPLIT.id: extract.pp_partition_checks,
     facts.DSA_TOPK_REUSE.id: lambda src: _dsa_defaults(src),
     facts.HTTP_KEEP_ALIVE_S.id: extract.http_keep_alive,
+    facts.NGRAM_LOOKUP_DEFAULTS.id: extract.ngram_lookup_defaults,
 }
 FACTS = {f.id: f for f in facts.FACTS}
 

@@ -170,6 +170,24 @@ class SpeculativeSpec(_Model):
         le=16,
         description="Tokens drafted per step. Unset means the draft config's own value.",
     )
+    prompt_lookup_max: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description=(
+            "ngram only: the longest prompt n-gram matched to draft from. Unset means vLLM's default: 5 when "
+            "promptLookupMin is unset too, else promptLookupMin."
+        ),
+    )
+    prompt_lookup_min: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description=(
+            "ngram only: the shortest prompt n-gram matched to draft from; at most promptLookupMax. Unset means "
+            "vLLM's default: 5 when promptLookupMax is unset too, else promptLookupMax."
+        ),
+    )
 
 
 class EnvVar(_Model):

@@ -479,6 +479,25 @@ HTTP_KEEP_ALIVE_S = Fact(
     },
 )
 
+# --- Speculative decoding ------------------------------------------------------------------------------------------
+
+NGRAM_LOOKUP_DEFAULTS = Fact(
+    id="ngram-lookup-defaults",
+    claim=(
+        "`SpeculativeConfig` sets (prompt_lookup_min, prompt_lookup_max) to this default only for the ngram "
+        "methods and only when neither is given; one given fills the other, min above max is refused, and every "
+        "other method sets both to 0 (so glmops refuses the bounds there)."
+    ),
+    since=(("0.27.1", (5, 5)),),
+    where={
+        "0.27.1": "config/speculative.py:750",
+        "0.30.0": "config/speculative.py:1177",
+        "0.31.0": "config/speculative.py:1191",
+        "0.32.0": "config/speculative.py:1197",
+        "0.33.0": "config/speculative.py:1302",
+    },
+)
+
 FACTS: tuple[Fact[object], ...] = (
     ALL2ALL_BACKENDS,
     ALL2ALL_CLI_REMOVED,
@@ -502,6 +521,7 @@ FACTS: tuple[Fact[object], ...] = (
     PP_DEFAULT_SPLIT,
     DSA_TOPK_REUSE,
     HTTP_KEEP_ALIVE_S,
+    NGRAM_LOOKUP_DEFAULTS,
 )
 
 

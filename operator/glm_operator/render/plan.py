@@ -108,6 +108,9 @@ def _engine_flags(glmd: GLMDeployment) -> list[str]:
         config: dict[str, object] = {"method": e.speculative.method.value}
         if e.speculative.num_speculative_tokens is not None:
             config["num_speculative_tokens"] = e.speculative.num_speculative_tokens
+        for key in ("prompt_lookup_min", "prompt_lookup_max"):
+            if (lookup := getattr(e.speculative, key)) is not None:
+                config[key] = lookup
         flags += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
     return flags
 

@@ -218,6 +218,41 @@ def mtp_needs_layers(ctx: Context) -> list[Finding]:
     return []
 
 
+def ngram_lookup(ctx: Context) -> list[Finding]:
+    """Prompt-lookup bounds only with the ngram method, and the minimum no larger than the maximum."""
+    spec = ctx.spec.engine.speculative
+    if spec is None or (spec.prompt_lookup_min is None and spec.prompt_lookup_max is None):
+        return []
+    field = "spec.engine.speculative"
+    if spec.method != "ngram":
+        # vLLM zeroes both bounds for every other method (`ngram-lookup-defaults`), so a value here does nothing.
+        name = "promptLookupMax" if spec.prompt_lookup_max is not None else "promptLookupMin"
+        value = spec.prompt_lookup_max if spec.prompt_lookup_max is not None else spec.prompt_lookup_min
+        return [
+            _f(
+                "ngram-lookup",
+                "error",
+                f"{field}.{name}",
+                value,
+                f"only the ngram method matches prompt n-grams; with {spec.method.value} vLLM ignores it",
+                f"Remove {field}.{name}, or set {field}.method to ngram",
+            )
+        ]
+    low, high = spec.prompt_lookup_min, spec.prompt_lookup_max
+    if low is not None and high is not None and low > high:
+        return [
+            _f(
+                "ngram-lookup",
+                "error",
+                f"{field}.promptLookupMin",
+                low,
+                f"larger than promptLookupMax ({high}): vLLM refuses to start",
+                f"Set {field}.promptLookupMin to at most {high}",
+            )
+        ]
+    return []
+
+
 def weights_fit(ctx: Context) -> list[Finding]:
     """Weights per GPU fit the GPU memory with 10 % kept for the KV cache (at vLLM's 0.92 utilisation)."""
     if ctx.model is None:
@@ -443,6 +478,7 @@ FEASIBILITY_CHECKS = (
     pipeline_fits_layers,
     format_on_architecture,
     mtp_needs_layers,
+    ngram_lookup,
     weights_fit,
     backends_valid,
     version_known,
