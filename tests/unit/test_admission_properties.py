@@ -126,7 +126,7 @@ def corrupt(rng: random.Random, obj: dict[str, Any]) -> list[str]:
         if rng.random() < 0.05:
             node[f"unknown{leaf.capitalize()}"] = 1
         else:
-            node[leaf] = rng.choice(hostile_values(schema))
+            node[leaf] = copy.deepcopy(rng.choice(hostile_values(schema)))  # never share WRONG_TYPES' {} and []
         paths.append(path)
     return paths
 
