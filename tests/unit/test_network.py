@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from dataclasses import replace
 from typing import Any
 
 import pytest
+import yaml
 
 from glm_operator.api import GLMDeployment
 from glm_operator.catalog.bundle import Catalogs
+from glm_operator.handlers.runtime import Runtime
 from glm_operator.k8s.catalog import CatalogSource
 from glm_operator.render.fleet import FAKE_RDMA_RESOURCE, default_fleet
 from glm_operator.render.network import MULTUS_ANNOTATION
@@ -17,6 +20,7 @@ from glm_operator.render.plan import build_plan
 from glm_operator.render.workloads import render_objects
 from glm_operator.rules.engine import admit
 from tests.support.builders import GLMDeploymentBuilder as B
+from tests.unit.test_alerts import CHART, _pinned_helm
 
 CATALOGS = Catalogs.packaged()
 WITH_DEFAULT = replace(CATALOGS, default_rdma_resource="rdma/rdma_shared_device_b")
@@ -121,6 +125,46 @@ def test_the_operators_default_comes_from_the_chart_value_through_the_environmen
     source = CatalogSource(None, default_rdma_resource="rdma/hca")
     assert source.get().default_rdma_resource == "rdma/hca"
     assert CatalogSource(None).get().default_rdma_resource is None
+    runtime = Runtime.from_env({"GLMOPS_RDMA_RESOURCE": "rdma/hca"})
+    assert runtime.catalogs.get().default_rdma_resource == "rdma/hca"
+    assert Runtime.from_env({"GLMOPS_RDMA_RESOURCE": " "}).catalogs.get().default_rdma_resource is None
+
+
+def _operator_env(*sets: str) -> subprocess.CompletedProcess[str] | dict[str, str]:
+    helm = _pinned_helm()
+    if not helm.is_file():
+        pytest.skip(f"helm is not built at {helm}: run cluster/build.sh (make tools)")
+    args = [str(helm), "template", "glmops", str(CHART), "--namespace", "glmops-system"]
+    for value in sets:
+        args += ["--set", value]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        return proc
+    docs = [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "Deployment"]
+    return {e["name"]: e.get("value", "") for e in docs[0]["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+@pytest.mark.parametrize(
+    "sets, expected",
+    [
+        ((), None),
+        (("network.rdmaResource=rdma/rdma_shared_device_a",), "rdma/rdma_shared_device_a"),
+        (("network.rdmaResource=nvidia.com/cx7_sriov",), "nvidia.com/cx7_sriov"),
+    ],
+)
+def test_the_chart_value_network_rdma_resource_becomes_the_operators_environment(
+    sets: tuple[str, ...], expected: str | None
+) -> None:
+    env = _operator_env(*sets)
+    assert isinstance(env, dict), env
+    assert env.get("GLMOPS_RDMA_RESOURCE") == expected
+
+
+@pytest.mark.parametrize("value", ["no-slash", "nvidia.com/", "UPPER.com/x"])
+def test_the_chart_refuses_a_malformed_rdma_resource(value: str) -> None:
+    proc = _operator_env(f"network.rdmaResource={value}")
+    assert isinstance(proc, subprocess.CompletedProcess), f"{value} accepted"
+    assert "rdmaResource" in proc.stderr
 
 
 def test_every_fake_gpu_node_advertises_the_rdma_resource_and_cpu_nodes_do_not() -> None:
