@@ -126,7 +126,8 @@ def corrupt(rng: random.Random, obj: dict[str, Any]) -> list[str]:
         if rng.random() < 0.05:
             node[f"unknown{leaf.capitalize()}"] = 1
         else:
-            node[leaf] = copy.deepcopy(rng.choice(hostile_values(schema)))  # never share WRONG_TYPES' {} and []
+            # A copy: the wrong-type values are shared, and a later path may descend into one and fill it.
+            node[leaf] = copy.deepcopy(rng.choice(hostile_values(schema)))
         paths.append(path)
     return paths
 
@@ -141,7 +142,7 @@ def build(rng: random.Random) -> tuple[dict[str, Any], list[str]]:
     if rng.random() < 0.5:
         return obj, []
     if rng.random() < 0.03:
-        obj["metadata"] = rng.choice(WRONG_TYPES)
+        obj["metadata"] = copy.deepcopy(rng.choice(WRONG_TYPES))
         return obj, ["metadata"]
     return obj, corrupt(rng, obj)
 
