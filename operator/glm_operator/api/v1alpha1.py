@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from glm_operator.api.network import NetworkSpec
+
 GROUP = "glmops.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -425,6 +427,11 @@ class GLMDeploymentSpec(_Model):
     canary: CanarySpec = Field(
         default_factory=CanarySpec,
         description="Correctness canaries gating each pod's readiness.",
+        json_schema_extra={"default": {}},
+    )
+    network: NetworkSpec = Field(
+        default_factory=NetworkSpec,
+        description="RDMA devices, secondary networks and NCCL/Gloo interfaces for multi-node replicas.",
         json_schema_extra={"default": {}},
     )
 

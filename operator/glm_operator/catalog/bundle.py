@@ -31,6 +31,9 @@ class Catalogs:
     models: ModelCatalog
     images: ImageCatalog
     formats: dict[str, FormatInfo]
+    # The cluster's RDMA device resource (the chart's network.rdmaResource, GLMOPS_RDMA_RESOURCE), used for
+    # spec.network.rdma without a resourceName. A fact about the cluster, like the accelerators' node labels.
+    default_rdma_resource: str | None = None
 
     @classmethod
     def packaged(cls) -> Catalogs:

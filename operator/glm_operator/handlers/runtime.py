@@ -35,6 +35,8 @@ class Runtime:
             ttl_seconds=float(env.get("GLMOPS_CATALOG_TTL_SECONDS", "30")),
             # With image builds on, glmops' patched images are the ones it builds into its registry.
             patched_registry=image_build.registry if image_build.enabled else None,
+            # The chart's network.rdmaResource: the RDMA resource of spec.network.rdma without a resourceName.
+            default_rdma_resource=env.get("GLMOPS_RDMA_RESOURCE", "").strip() or None,
         )
         return cls(catalogs=catalogs, image_build=image_build)
 

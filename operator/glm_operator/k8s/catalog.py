@@ -41,10 +41,12 @@ class CatalogSource:
         reader: Callable[[str, str], str | None] = _read_configmap,
         ttl_seconds: float = TTL_SECONDS,
         patched_registry: str | None = None,
+        default_rdma_resource: str | None = None,
     ) -> None:
         self._ref = ref
         # With in-cluster image builds, glmops' patched images live in the cluster's registry.
         self._patched_registry = patched_registry
+        self._default_rdma_resource = default_rdma_resource
         self._ttl = ttl_seconds
         self._reader = reader
         self._lock = threading.Lock()
@@ -65,6 +67,8 @@ class CatalogSource:
         packaged = Catalogs.packaged()
         if self._patched_registry:
             packaged = replace(packaged, images=packaged.images.with_patched_registry(self._patched_registry))
+        if self._default_rdma_resource:
+            packaged = replace(packaged, default_rdma_resource=self._default_rdma_resource)
         if not self._ref:
             return packaged
         namespace, _, name = self._ref.partition("/")

@@ -14,6 +14,10 @@ from glm_operator.catalog import Accelerator, AcceleratorCatalog
 
 KWOK_MANAGED_LABEL = "glmops.dev/fake-node"
 DEFAULT_NODES_PER_TYPE = 2
+# GPU nodes of multi-node clusters carry InfiniBand/RoCE NICs, advertised by NVIDIA's network operator through
+# its shared RDMA device plugin under this name (its rdmaHcaMax caps how many pods share a device).
+FAKE_RDMA_RESOURCE = "rdma/rdma_shared_device_a"
+FAKE_RDMA_DEVICES = "63"
 # NVL72 jobs span trays, so the 4-GPU Grace-Blackwell types get enough trays for DP8/DP16 tests.
 NODES_PER_TYPE_OVERRIDES = {"GB200": 4, "GB300": 4}
 
@@ -55,6 +59,7 @@ def fake_node(acc: Accelerator, index: int) -> dict[str, Any]:
         "ephemeral-storage": "8Ti",
         "pods": "110",
         acc.resource_name: gpus,
+        FAKE_RDMA_RESOURCE: FAKE_RDMA_DEVICES,
     }
     labels = {
         "kubernetes.io/hostname": name,

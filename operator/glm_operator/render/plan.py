@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from glm_operator.api import GLMDeployment
 from glm_operator.api.constants import ROCM_AITER_ENV, ROCM_AITER_RENDERED, VLLM_PORT
 from glm_operator.catalog.bundle import Catalogs
+from glm_operator.render.network import rdma_resource
 from glm_operator.rules.context import resolve
 
 HTTP_PORT = VLLM_PORT
@@ -51,6 +52,8 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     # The digest of `image` once the operator built (or found) it: pods then run image@digest.
     image_digest: str | None = None
+    # The RDMA device resource every pod requests (spec.network.rdma, else the cluster's default); None: none.
+    rdma_resource: str | None = None
 
     @property
     def pinned_image(self) -> str:
@@ -191,4 +194,5 @@ def build_plan(glmd: GLMDeployment, catalogs: Catalogs) -> Plan:
         env=env,
         partition=spec.engine.env_value("VLLM_PP_LAYER_PARTITION"),
         notes=notes,
+        rdma_resource=rdma_resource(spec.network, catalogs.default_rdma_resource),
     )

@@ -22,6 +22,7 @@ from glm_operator.api.constants import (
     ROLE_GROUP,
     selector,
 )
+from glm_operator.render import network
 from glm_operator.render.plan import HTTP_PORT, LEADER_ADDRESS, NODE_RANK, Plan
 
 CANARY_CONDITION = "glmops.dev/canary"
@@ -107,6 +108,7 @@ def _env(plan: Plan, glmd: GLMDeployment, extra: list[dict[str, Any]]) -> list[d
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}}})
     if plan.multi_node:
         env.append({"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+    env.extend(network.network_env(glmd.spec.network, {e["name"] for e in env}))
     return env
 
 
@@ -133,6 +135,7 @@ def _container(
         container["command"], container["args"] = args[:2], args[2:]
     if serving:
         container["ports"] = [{"name": "http", "containerPort": HTTP_PORT}]
+    network.add_to_container(container, glmd.spec.network, plan.rdma_resource)
     return container
 
 
@@ -159,7 +162,7 @@ def pod_template(
     return {
         "metadata": {
             "labels": {**labels(plan, role), **({LABEL_SERVING: "true"} if serving else {})},
-            "annotations": {"glmops.dev/command-hash": plan.command_hash},
+            "annotations": {"glmops.dev/command-hash": plan.command_hash, **network.pod_annotations(glmd.spec.network)},
         },
         "spec": spec,
     }
