@@ -47,6 +47,19 @@ HINTS: dict[str, list[Any]] = {
     ],
     "spec.engine.env[].value": ["1", "0", "true", "True ", "false", "38,40", "18,20,20,20", "1,2", ""],
     "spec.modelCache.sizeLimit": ["1Ti", "800Gi", "0", "1.5T"],
+    # Prompt-lookup bounds are refused for methods other than ngram: most valid objects pair them right.
+    "spec.engine.speculative": [
+        {"method": "mtp", "numSpeculativeTokens": 3},
+        {"method": "ngram", "promptLookupMax": 3},
+        {"method": "ngram", "numSpeculativeTokens": 2, "promptLookupMin": 2, "promptLookupMax": 4},
+        {"method": "eagle", "promptLookupMax": 3},
+    ],
+    # Without a resource name (and no operator-wide default here) RDMA is refused: most valid objects name one.
+    "spec.network.rdma": [
+        {"resourceName": "rdma/rdma_shared_device_a"},
+        {"resourceName": "nvidia.com/hca", "count": 2},
+        {},
+    ],
     # Shapes a person would deploy, so that many valid objects are admitted (hostile ones reach the bounds).
     "spec.parallelism.tensor": [8, 8, 4, 16],
     "spec.parallelism.pipeline": [1, 1, 2, 4],
@@ -59,7 +72,7 @@ def valid_value(rng: random.Random, schema: dict[str, Any], path: str) -> Any:
     """A value the schema allows (catalog values where the rules need real ones), optional fields half the time."""
     kind = schema.get("type")
     if path in HINTS:
-        return rng.choice(HINTS[path])
+        return copy.deepcopy(rng.choice(HINTS[path]))  # a hinted object must not be filled by a later corruption
     if kind == "object":
         required = set(schema.get("required") or [])
         return {
