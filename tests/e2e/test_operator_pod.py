@@ -10,6 +10,7 @@ file order on one release: install, admission, an upgrade under a stream of admi
 from __future__ import annotations
 
 import json
+import shutil
 import ssl
 import subprocess
 import threading
@@ -28,7 +29,11 @@ from tests.conftest import ARTIFACTS
 from tests.support.cluster import REPO, eventually
 from tests.support.realnode import NEEDS_ROOT_AND_CONTAINERD, NODE_NAME, TAINT_KEY, TOLERATION, RealNode
 
-pytestmark = [pytest.mark.cluster, *NEEDS_ROOT_AND_CONTAINERD]
+pytestmark = [
+    pytest.mark.cluster,
+    *NEEDS_ROOT_AND_CONTAINERD,
+    pytest.mark.skipif(shutil.which("podman") is None, reason="podman builds the operator image (make images)"),
+]
 
 CHART = REPO / "charts" / "glmops"
 RELEASE = "glmops"
