@@ -53,7 +53,7 @@ vllm-sources: venv
 	@PYTHON=$(PY) hack/vllm-sources.sh >/dev/null
 
 .PHONY: test
-test: venv tools node-deps check vllm-sources
+test: venv tools node-deps check vllm-sources images
 	@GLMOPS_REQUIRE_VLLM_SRC=1 .venv/bin/pytest -p no:cacheprovider $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory images-test
 	@$(MAKE) --no-print-directory plugin-test

@@ -19,6 +19,15 @@ state="$(state_dir)"
 certs="$state/certs"; logs="$state/logs"; pids="$state/pids"
 kubeconfig="$state/kubeconfig"
 
+# A cluster started without the real node serves the API on loopback only, where the node's pods cannot reach it.
+if [[ "${GLMOPS_REAL_NODE:-}" == 1 ]] && cluster_healthy; then
+  # shellcheck source=cluster/node-lib.sh
+  source "$here/node-lib.sh"
+  if ! tr '\0' '\n' < "/proc/$(cat "$pids/kube-apiserver.pid")/cmdline" | grep -qx -- "--advertise-address=$(node_net gateway)"; then
+    log "cluster '$(cluster_name)' runs without the real node's API address; restarting it"
+    "$here/down.sh" >/dev/null
+  fi
+fi
 if cluster_healthy; then
   "$here/certs.sh" "$certs"  # adds any certificate a newer version of this script needs
   log "cluster '$(cluster_name)' already running (apiserver https://127.0.0.1:$APISERVER_PORT)"
@@ -44,10 +53,17 @@ t0=$(date +%s)
 "$here/certs.sh" "$certs"
 # With the real node the API server also needs a client certificate for the kubelet (logs, exec, port-forward).
 kubelet_client=()
+apiserver_addr=(--bind-address=127.0.0.1 --advertise-address=127.0.0.1)
 if [[ "${GLMOPS_REAL_NODE:-}" == 1 ]]; then
   "$here/certs.sh" "$certs" "$(node_name)"
   kubelet_client=(--kubelet-client-certificate="$certs/apiserver-kubelet-client.crt"
     --kubelet-client-key="$certs/apiserver-kubelet-client.key" --kubelet-preferred-address-types=InternalIP,Hostname)
+  # Pods on the real node reach the API server as in a cluster, through the kubernetes Service (10.96.0.1), whose
+  # endpoint is the advertise address: the node's bridge IP, which a pod's traffic reaches (127.0.0.1 would be the
+  # pod's own loopback). The bridge comes up with the node, after the API server, so it listens on every address.
+  # shellcheck source=cluster/node-lib.sh
+  source "$here/node-lib.sh"
+  apiserver_addr=(--bind-address=0.0.0.0 --advertise-address="$(node_net gateway)")
 fi
 write_kubeconfig "$kubeconfig" admin
 write_kubeconfig "$state/kcm.kubeconfig" kube-controller-manager
@@ -64,7 +80,7 @@ start_daemon etcd "$bin/etcd" \
 wait_for "etcd" 60 curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
 
 start_daemon kube-apiserver "$bin/kube-apiserver" \
-  --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+  "${apiserver_addr[@]}" --secure-port="$APISERVER_PORT" \
   --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
   --tls-cert-file="$certs/apiserver.crt" --tls-private-key-file="$certs/apiserver.key" \
   --client-ca-file="$certs/ca.crt" \

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import realnode
 from tests.support.cluster import (
     REPO,
     Cluster,
@@ -46,6 +47,14 @@ def cluster() -> Iterator[Cluster]:
     yield Cluster(bin_dir, state_dir, kubeconfig, Kubectl(str(bin_dir / "kubectl"), kubeconfig))
     if started_here and not os.environ.get("GLMOPS_KEEP_CLUSTER"):
         run_script("down.sh")
+
+
+@pytest.fixture(scope="session")
+def real_node() -> Iterator[realnode.RealNode]:
+    """The cluster with a real node (tests/support/realnode.py): one per session, for every module that needs it."""
+    node = realnode.start()
+    yield node
+    realnode.stop()
 
 
 @pytest.fixture(scope="session")

@@ -126,6 +126,17 @@ def test_the_operator_handlers_import_under_a_read_only_root_as_user_65532(image
     assert done.stdout.split() == ["65532", "False"]
 
 
+def test_user_65532_has_a_name_as_kopf_s_peering_identity_needs_without_the_runtime_adding_one(
+    image: BuiltImage,
+) -> None:
+    # kopf names its peering identity after getpass.getuser(); containerd, unlike podman, adds no passwd entry.
+    done = run_in(
+        image, "-c", "import getpass; print(getpass.getuser())", entrypoint="python3", extra=("--passwd=false",)
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "glmops"
+
+
 def test_the_plugin_wheel_is_where_the_operator_reads_it_and_registers_its_vllm_plugin(image: BuiltImage) -> None:
     probe = (
         "import sys, zipfile, glob; (w,) = glob.glob(sys.argv[1] + '/*.whl'); print(w); "

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
-import shutil
 import subprocess
 import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,141 +21,27 @@ import pytest
 
 from glm_operator.render.workloads import CANARY_CONDITION
 from tests.support.cluster import Kubectl, eventually, run_script
+from tests.support.realnode import (
+    BRIDGE,
+    NEEDS_ROOT_AND_CONTAINERD,
+    NODE_NAME,
+    NODE_POD_CIDR,
+    TOLERATION,
+    RealNode,
+    host_state,
+)
+from tests.support.realnode import env as _env
+from tests.support.realnode import sh as _sh
+from tests.support.realnode import state_dir as _state_dir
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.skipif(os.geteuid() != 0, reason="a real kubelet needs root (namespaces, mounts, cgroups, iptables)"),
-    pytest.mark.skipif(shutil.which("containerd") is None, reason="containerd is not installed; run hack/node-deps.sh"),
-]
-
-NODE_NAME = "glmops-realnode-test-node"
-NODE_POD_CIDR = ipaddress.ip_network("10.244.0.0/24")
-BRIDGE = "glmops-br0"
-ENV = {
-    "GLMOPS_CLUSTER": "glmops-realnode-test",
-    "GLMOPS_APISERVER_PORT": "24443",
-    "GLMOPS_ETCD_PORT": "24379",
-    "GLMOPS_KCM_PORT": "24257",
-    "GLMOPS_SCHEDULER_PORT": "24259",
-    "GLMOPS_KWOK_PORT": "24247",
-    "GLMOPS_POD_CIDR": "127.24.0.0/16",
-    "GLMOPS_REAL_NODE": "1",
-    "GLMOPS_NODE_NAME": NODE_NAME,
-    "GLMOPS_NODE_POD_CIDR": str(NODE_POD_CIDR),
-    "GLMOPS_NODE_BRIDGE": BRIDGE,
-    "GLMOPS_KUBELET_PORT": "24250",
-    "GLMOPS_KUBELET_HEALTHZ_PORT": "24248",
-    "GLMOPS_PROXY_METRICS_PORT": "24249",
-    "GLMOPS_PROXY_HEALTHZ_PORT": "24256",
-}
-TOLERATION = {"key": "glmops.dev/real-node", "operator": "Exists", "effect": "NoSchedule"}
-
-
-@dataclass
-class RealNode:
-    kubectl: Kubectl
-    state_dir: Path
-    images: dict[str, str]
-    host_before: dict[str, set[str]]
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, **ENV}
-
-
-def _sh(*cmd: str) -> str:
-    return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
-
-
-def _in_node_range(netns: str) -> bool:
-    addrs = _sh("ip", "-n", netns, "-4", "-o", "addr").split()
-    return any("/" in a and ipaddress.ip_interface(a).ip in NODE_POD_CIDR for a in addrs)
-
-
-def _node_processes(state_dir: Path) -> set[str]:
-    """`name:pid` of the node's daemons and shims (by their command line) and containers (by cgroup)."""
-    marks = (str(state_dir / "node"), f"/run/glmops/{ENV['GLMOPS_CLUSTER']}/")
-    found = set()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            cgroup = (proc / "cgroup").read_text()
-        except OSError:
-            continue
-        if any(m in cmdline for m in marks) or "/kubepods" in cgroup:
-            found.add(f"{Path(cmdline.split(' ')[0]).name}:{proc.name}")
-    return found
-
-
-def host_state(state_dir: Path) -> dict[str, set[str]]:
-    """What a node leaves on the host: rules, links, mounts, namespaces, processes, cgroups, paths."""
-    rules = {
-        f"{tool}: {line}"
-        for tool in ("iptables-save", "ip6tables-save")
-        for line in _sh(tool).splitlines()
-        if "KUBE-" in line or "10.244.0." in line or BRIDGE in line
-    }
-    links = {
-        line.split(":")[1].strip().split("@")[0]
-        for line in _sh("ip", "-o", "link", "show", "master", BRIDGE).splitlines()
-    }
-    if _sh("ip", "-o", "link", "show", BRIDGE):
-        links.add(BRIDGE)
-    marks = (str(state_dir / "node"), f"/run/glmops/{ENV['GLMOPS_CLUSTER']}/")
-    mounts = {m for m in _sh("findmnt", "-rn", "-o", "TARGET").splitlines() if any(k in m for k in marks)}
-    netns = {n for n in _sh("ip", "netns", "list").split() if not n.startswith("(") and _in_node_range(n)}
-    cgroups = {str(p) for p in Path("/sys/fs/cgroup").glob("*/kubepods")}
-    # Host paths a kubelet or containerd makes by default; the node points its own elsewhere or removes them.
-    default_dirs = (
-        "/run/glmops",
-        "/run/containerd",
-        "/opt/containerd",
-        "/var/lib/kubelet",
-        "/var/log/pods",
-        "/var/log/containers",
-    )
-    dirs = {d for d in default_dirs if Path(d).exists()}
-    logs = Path("/var/log/containers")
-    log_links = (
-        {str(p) for p in logs.glob("*.log") if str(state_dir / "node") in os.readlink(p)} if logs.exists() else set()
-    )
-    return {
-        "rules": rules,
-        "links": links,
-        "mounts": mounts,
-        "netns": netns,
-        "processes": _node_processes(state_dir),
-        "cgroups": cgroups,
-        "dirs": dirs,
-        "log links": log_links,
-    }
-
-
-def _state_dir() -> Path:
-    """The test cluster's state directory, as cluster/lib.sh's state_dir computes it."""
-    cache = (
-        os.environ.get("GLMOPS_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "glmops"
-    )
-    return Path(cache) / "clusters" / ENV["GLMOPS_CLUSTER"]
+pytestmark = [pytest.mark.cluster, *NEEDS_ROOT_AND_CONTAINERD]
 
 
 @pytest.fixture(scope="module")
-def node() -> Iterator[RealNode]:
-    env = _env()
-    run_script("node.sh", "down", env=env)  # a node left running by an interrupted run
-    bin_dir = Path(run_script("build.sh", env=env).strip().splitlines()[-1])
-    state_dir = _state_dir()
-    before = host_state(state_dir)
-    out = run_script("up.sh", env=env)
-    kubeconfig = out.strip().splitlines()[-1].removeprefix("export KUBECONFIG=")
-    images = dict(line.split("=", 1) for line in (state_dir / "node" / "images.env").read_text().split())
-    yield RealNode(Kubectl(str(bin_dir / "kubectl"), kubeconfig), state_dir, images, before)
-    if os.environ.get("GLMOPS_KEEP_CLUSTER"):
-        run_script("node.sh", "down", env=env)
-    else:
-        run_script("down.sh", env=env)
+def node(real_node: RealNode) -> RealNode:
+    """The session's real-node cluster (tests/conftest.py), up even if an earlier module stopped its node."""
+    real_node.ensure_up()
+    return real_node
 
 
 @pytest.fixture
