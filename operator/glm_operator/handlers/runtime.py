@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from glm_operator.catalog.image_policy import ImagePolicy
 from glm_operator.k8s.catalog import CatalogSource
 from glm_operator.planner.coalesce import Coalescer
 from glm_operator.render.imagebuild import BuildSettings
@@ -35,6 +36,8 @@ class Runtime:
             ttl_seconds=float(env.get("GLMOPS_CATALOG_TTL_SECONDS", "30")),
             # With image builds on, glmops' patched images are the ones it builds into its registry.
             patched_registry=image_build.registry if image_build.enabled else None,
+            # GLMOPS_IMAGE_POLICY (the chart's imagePolicy), read once: a malformed one stops the start-up.
+            image_policy=ImagePolicy.from_env(env),
         )
         return cls(catalogs=catalogs, image_build=image_build)
 
