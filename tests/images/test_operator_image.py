@@ -59,7 +59,7 @@ def podman_flags(pod: dict[str, Any]) -> list[str]:
     context = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
     assert context.get("seccompProfile") == {"type": "RuntimeDefault"}, "podman's default profile stands for it"
     assert context.get("runAsNonRoot") is True and context.get("privileged") is False
-    flags = ["--rm", "--user", f"{context['runAsUser']}:{context['runAsGroup']}"]
+    flags = ["--user", f"{context['runAsUser']}:{context['runAsGroup']}"]
     flags += [f"--group-add={context['fsGroup']}"] if "fsGroup" in context else []
     if context.get("readOnlyRootFilesystem"):
         flags += ["--read-only", "--read-only-tmpfs=false"]
@@ -77,7 +77,8 @@ def podman_flags(pod: dict[str, Any]) -> list[str]:
 
 @pytest.fixture(scope="session")
 def chart_locked_down() -> list[str]:
-    """podman flags for the chart's default security settings of the operator pod."""
+    """podman flags for the chart's default security settings of the operator pod (without --rm: a container
+    that stops keeps its log for remove_container)."""
     if shutil.which("podman") is None:
         pytest.skip("podman is not installed: hack/build-images.sh installs it (apt) and builds the image")
     return podman_flags(chart_operator_pod())
@@ -185,8 +186,8 @@ def test_under_the_charts_security_settings_only_tmp_is_writable_and_no_capabili
         "os.access('/tmp', os.W_OK), int(status['CapEff'], 16), int(status['CapPrm'], 16), "
         "status['NoNewPrivs'].strip(), status['Seccomp'].strip())"
     )
-    done = podman("run", *chart_locked_down, "--network", "none", "--entrypoint", "python3", image.name, "-c", probe,
-                  check=False)  # fmt: skip
+    flags = ["--rm", *chart_locked_down, "--network", "none", "--entrypoint", "python3"]
+    done = podman("run", *flags, image.name, "-c", probe, check=False)
     assert done.returncode == 0, done.stderr
     # Seccomp 2: a filter is applied (podman's default profile, as a kubelet's RuntimeDefault).
     assert done.stdout.split() == ["glmops", "65532", "65532", "False", "False", "True", "0", "0", "1", "2"]
