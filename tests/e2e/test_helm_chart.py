@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import yaml
 
+from glm_operator.catalog.image_policy import ImagePolicy
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually
 
 pytestmark = pytest.mark.cluster
@@ -41,6 +44,72 @@ def test_template_with_watch_namespaces_scopes_the_operator(cluster: Cluster) ->
     deploy = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment")
     args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--namespace=team-a" in args and "--namespace=team-b" in args and "--all-namespaces" not in args
+
+
+def _operator_pod(cluster: Cluster, *flags: str) -> dict[str, Any]:
+    out = _helm(cluster, "template", "glmops", CHART, *flags).stdout
+    deploy = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment")
+    pod: dict[str, Any] = deploy["spec"]["template"]["spec"]
+    return pod
+
+
+def test_the_operator_pod_runs_non_root_read_only_without_capabilities(cluster: Cluster) -> None:
+    pod = _operator_pod(cluster)
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "fsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    (container,) = pod["containers"]
+    context = container["securityContext"]
+    assert context["allowPrivilegeEscalation"] is False and context["privileged"] is False
+    assert context["readOnlyRootFilesystem"] is True and context["runAsNonRoot"] is True
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    # The one writable place is an in-memory emptyDir.
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert [m["mountPath"] for m in container["volumeMounts"]] == ["/tmp"]
+    assert volumes["tmp"]["emptyDir"]["medium"] == "Memory"
+
+
+def test_the_operator_security_context_can_be_overridden_for_platforms_that_assign_users(cluster: Cluster) -> None:
+    pod = _operator_pod(
+        cluster,
+        "--set", "podSecurityContext.runAsUser=null", "--set", "podSecurityContext.runAsGroup=null",
+        "--set", "podSecurityContext.fsGroup=null", "--set", "securityContext.readOnlyRootFilesystem=false",
+    )  # fmt: skip
+    assert pod["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is False
+    assert pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+@pytest.mark.parametrize(
+    "flags, policy",
+    [
+        ((), {"allowCustomImages": True, "allowedRepositories": []}),
+        (
+            ("--set", "imagePolicy.allowCustomImages=false"),
+            {"allowCustomImages": False, "allowedRepositories": []},
+        ),
+        (
+            ("--set", "imagePolicy.allowedRepositories={registry.example.com/team/,docker.io/vllm}"),
+            {"allowCustomImages": True, "allowedRepositories": ["registry.example.com/team/", "docker.io/vllm"]},
+        ),
+    ],
+)
+def test_the_image_policy_reaches_the_operator_as_the_json_it_reads(
+    cluster: Cluster, flags: tuple[str, ...], policy: dict[str, Any]
+) -> None:
+    env = {e["name"]: e.get("value") for e in _operator_pod(cluster, *flags)["containers"][0]["env"]}
+    assert json.loads(env["GLMOPS_IMAGE_POLICY"]) == policy
+    assert ImagePolicy.from_env(env) == ImagePolicy.from_values(policy)
+
+
+def test_values_schema_refuses_a_misspelt_image_policy(cluster: Cluster) -> None:
+    proc = _helm(cluster, "template", "glmops", CHART, "--set", "imagePolicy.allowedRepository={x}", check=False)
+    assert proc.returncode != 0 and "allowedRepository" in proc.stderr
 
 
 @pytest.mark.parametrize(

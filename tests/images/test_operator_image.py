@@ -1,6 +1,8 @@
 """The operator image, built for real with podman on a base built from Debian's archive (hack/build-images.sh),
-then run as the chart runs it: user 65532, read-only root filesystem, no network unless the test needs the API
-server. The archive it saves is imported by a private containerd, as a kubelet node's would.
+then run as the chart runs it: the security settings of the chart's Deployment (`helm template`) turned into
+podman's flags (user, read-only root with only the chart's emptyDirs writable, every capability dropped, no
+new privileges, the default seccomp profile), no network unless the test needs the API server. The archive it
+saves is imported by a private containerd, as a kubelet node's would.
 
 `make images-test` runs these; the first run builds the base and the image (minutes), later runs reuse both
 unless the build context changed.
@@ -19,6 +21,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -27,12 +30,58 @@ from packaging.specifiers import SpecifierSet
 
 from glm_operator.render.dockerfile import PLUGIN_DIR_IN_OPERATOR, PLUGIN_WHEEL
 from tests.conftest import ARTIFACTS, TEST_WEBHOOK_PORT
-from tests.support.cluster import REPO, Cluster, Kubectl, eventually
+from tests.support.cluster import REPO, Cluster, Kubectl, eventually, run_script
 
 CONTAINERS_CONF = REPO / "hack" / "containers.conf"
-# As the chart's Deployment runs it: a non-root user and a read-only root filesystem.
+# A non-root user and a read-only root filesystem (what other images' tests run under).
 LOCKED_DOWN = ["--rm", "--read-only", "--user", "65532:65532"]
 SAMPLES = REPO / "samples"
+
+
+def chart_operator_pod(*helm_flags: str) -> dict[str, Any]:
+    """The pod spec of the operator Deployment as `helm template` renders the chart."""
+    helm = Path(run_script("build.sh").strip().splitlines()[-1]) / "helm"
+    out = subprocess.run(
+        [str(helm), "template", "glmops", str(REPO / "charts" / "glmops"), *helm_flags],
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout  # fmt: skip
+    deploy = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment")
+    pod: dict[str, Any] = deploy["spec"]["template"]["spec"]
+    return pod
+
+
+def podman_flags(pod: dict[str, Any]) -> list[str]:
+    """podman run flags that hold a container to what the pod's security settings allow a kubelet's runtime.
+
+    Only the pod's emptyDirs become writable (podman's own tmpfs on /tmp, /run and /var/tmp is switched off);
+    a setting this cannot express fails here, so the chart never gains one the image test does not model."""
+    (container,) = pod["containers"]
+    context = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
+    assert context.get("seccompProfile") == {"type": "RuntimeDefault"}, "podman's default profile stands for it"
+    assert context.get("runAsNonRoot") is True and context.get("privileged") is False
+    flags = ["--user", f"{context['runAsUser']}:{context['runAsGroup']}"]
+    flags += [f"--group-add={context['fsGroup']}"] if "fsGroup" in context else []
+    if context.get("readOnlyRootFilesystem"):
+        flags += ["--read-only", "--read-only-tmpfs=false"]
+    flags += [f"--cap-drop={cap}" for cap in context["capabilities"]["drop"]]
+    assert not context["capabilities"].get("add")
+    if context.get("allowPrivilegeEscalation") is False:
+        flags += ["--security-opt", "no-new-privileges"]
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    for mount in container.get("volumeMounts", []):
+        empty_dir = volumes[mount["name"]]["emptyDir"]
+        size = {"16Mi": "16m"}.get(empty_dir.get("sizeLimit", ""), "64m")
+        flags += ["--tmpfs", f"{mount['mountPath']}:rw,nosuid,nodev,size={size},mode=1777"]
+    return flags
+
+
+@pytest.fixture(scope="session")
+def chart_locked_down() -> list[str]:
+    """podman flags for the chart's default security settings of the operator pod (without --rm: a container
+    that stops keeps its log for remove_container)."""
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed: hack/build-images.sh installs it (apt) and builds the image")
+    return podman_flags(chart_operator_pod())
 
 
 @dataclass(frozen=True)
@@ -135,6 +184,30 @@ def test_user_65532_has_a_name_as_kopf_s_peering_identity_needs_without_the_runt
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "glmops"
+def test_under_the_charts_security_settings_only_tmp_is_writable_and_no_capability_is_held(
+    image: BuiltImage, chart_locked_down: list[str]
+) -> None:
+    probe = (
+        "import os, pwd, tempfile, glm_operator.handlers; print(pwd.getpwuid(os.getuid()).pw_name); "
+        "status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines() if ':' in l); "
+        "tempfile.TemporaryDirectory(prefix='glmops-webhook-').cleanup(); "  # where the webhook's cert goes
+        "print(os.getuid(), os.getgid(), os.access('/', os.W_OK), os.access('/opt/glmops', os.W_OK), "
+        "os.access('/tmp', os.W_OK), int(status['CapEff'], 16), int(status['CapPrm'], 16), "
+        "status['NoNewPrivs'].strip(), status['Seccomp'].strip())"
+    )
+    flags = ["--rm", *chart_locked_down, "--network", "none", "--entrypoint", "python3"]
+    done = podman("run", *flags, image.name, "-c", probe, check=False)
+    assert done.returncode == 0, done.stderr
+    # Seccomp 2: a filter is applied (podman's default profile, as a kubelet's RuntimeDefault).
+    assert done.stdout.split() == ["glmops", "65532", "65532", "False", "False", "True", "0", "0", "1", "2"]
+
+
+def test_the_charts_security_settings_are_what_the_image_runs_under(chart_locked_down: list[str]) -> None:
+    assert "--read-only" in chart_locked_down and "--read-only-tmpfs=false" in chart_locked_down
+    assert "--cap-drop=ALL" in chart_locked_down and "no-new-privileges" in chart_locked_down
+    assert chart_locked_down[chart_locked_down.index("--user") + 1] == "65532:65532"
+    with pytest.raises(AssertionError):  # a setting the image test cannot model fails loudly
+        podman_flags(chart_operator_pod("--set", "securityContext.capabilities.add={NET_ADMIN}"))
 
 
 def test_the_plugin_wheel_is_where_the_operator_reads_it_and_registers_its_vllm_plugin(image: BuiltImage) -> None:
@@ -216,7 +289,7 @@ def _free_port() -> int:
 
 @pytest.fixture
 def operator_in_image(
-    image: BuiltImage, cluster: Cluster, crd_installed: None, tmp_path: Path
+    image: BuiltImage, cluster: Cluster, crd_installed: None, tmp_path: Path, chart_locked_down: list[str]
 ) -> Iterator[tuple[str, str]]:
     """The operator run from the image on the host network, with the test cluster's kubeconfig and webhook
     certificates mounted read-only, as OperatorProcess runs it from the venv. Yields its container name and
@@ -242,7 +315,7 @@ def operator_in_image(
     }
     flags = [f"--env={k}={v}" for k, v in env.items()]
     podman(
-        "run", "--detach", "--name", name, *LOCKED_DOWN, "--network", "host",
+        "run", "--detach", "--name", name, *chart_locked_down, "--network", "host",
         "--volume", f"{conf}:/etc/glmops:ro", *flags,
         image.name, "run", "--standalone", "--all-namespaces", "-m", "glm_operator.handlers",
         f"--liveness=http://127.0.0.1:{health}/healthz",

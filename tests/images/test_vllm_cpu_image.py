@@ -1,5 +1,6 @@
 """The CPU vLLM image with the glmops plugin (hack/build-vllm-cpu-image.sh), run locked down as a pod would
-run it: it serves the tiny model, answers /health, and the plugin is loaded in the server.
+run it, under the securityContext glmops renders for vLLM containers (every capability dropped, no new
+privileges, the default seccomp profile): it serves the tiny model, answers /health, and the plugin is loaded.
 
 The first build hard-links the environment of hack/vllm-cpu-env.sh into the context and takes minutes
 (about 6.5 GB); later runs reuse the image while the requirements, the plugin and the Dockerfile are unchanged.
@@ -18,11 +19,22 @@ import httpx
 import pytest
 
 from glm_operator.render.dockerfile import PLUGIN_VERSION
+from glm_operator.render.security import vllm_security_context
 from tests.images.test_operator_image import LOCKED_DOWN, _free_port, podman, remove_container
 from tests.support.cluster import REPO
 
 START_TIMEOUT_S = 600  # the server starts in about 80 s on an idle 2-core machine
 SERVED_NAME = "tiny-glm"
+
+
+def rendered_context_flags() -> list[str]:
+    """podman flags for the securityContext glmops renders on vLLM containers; fails on one it cannot model."""
+    context = vllm_security_context()
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}, "podman's default profile stands for it"
+    assert context["privileged"] is False and context["allowPrivilegeEscalation"] is False
+    flags = [f"--cap-drop={cap}" for cap in context["capabilities"]["drop"]]
+    flags += [f"--cap-add={cap}" for cap in context["capabilities"].get("add", [])]
+    return [*flags, "--security-opt", "no-new-privileges"]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +65,7 @@ def server(vllm_cpu_image: str, tiny_model: Path) -> Iterator[tuple[str, str]]:
     port = _free_port()
     name = f"glmops-vllm-cpu-test-{uuid.uuid4().hex[:8]}"
     podman(
-        "run", "--detach", "--name", name, *LOCKED_DOWN, "--network", "host",
+        "run", "--detach", "--name", name, *LOCKED_DOWN, *rendered_context_flags(), "--network", "host",
         "--tmpfs", "/tmp", "--shm-size", "1g", "--env", "VLLM_CPU_KVCACHE_SPACE=1",
         "--volume", f"{tiny_model}:/model:ro", vllm_cpu_image,
         "--model", "/model", "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port),
@@ -82,6 +94,14 @@ def test_the_server_in_the_image_serves_the_tiny_model(server: tuple[str, str]) 
     url, _ = server
     models = httpx.get(f"{url}/v1/models", timeout=10).json()
     assert [m["id"] for m in models["data"]] == [SERVED_NAME]
+
+
+def test_the_server_holds_no_capability_no_new_privileges_and_a_seccomp_filter(server: tuple[str, str]) -> None:
+    _, name = server
+    status = podman("exec", name, "cat", "/proc/1/status").stdout
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    assert int(fields["CapEff"], 16) == 0 and int(fields["CapPrm"], 16) == 0
+    assert fields["NoNewPrivs"].strip() == "1" and fields["Seccomp"].strip() == "2"
 
 
 def test_the_glmops_plugin_is_loaded_in_the_server_in_the_image(server: tuple[str, str]) -> None:

@@ -80,7 +80,9 @@ def test_every_pod_of_a_multi_node_replica_gets_the_rdma_devices_capability_env_
         container = template["spec"]["containers"][0]
         assert container["resources"]["requests"][RDMA] == "2"
         assert container["resources"]["limits"][RDMA] == "2"
-        assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+        # IPC_LOCK is the one capability added; every other one stays dropped, nothing else is loosened.
+        assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
         assert template["metadata"]["annotations"][MULTUS_ANNOTATION] == "ib-net,other/ib-net2@ib1"
         env = env_of(template)
         assert env["NCCL_IB_DISABLE"] == "0"

@@ -63,6 +63,21 @@ def test_an_unknown_log_level_stops_the_operator_with_the_fix(monkeypatch: pytes
         _configured(monkeypatch, {"GLMOPS_LOG_LEVEL": "chatty"})
 
 
+def test_a_malformed_image_policy_stops_the_operator_naming_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    policy = '{"allowedRepositories": ["registry.example.com/team:v1"]}'
+    with pytest.raises(kopf.PermanentError, match=r"imagePolicy.allowedRepositories: .* has no tag or digest"):
+        _configured(monkeypatch, {"GLMOPS_IMAGE_POLICY": policy})
+
+
+def test_the_image_policy_reaches_the_catalogs_every_handler_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("GLMOPS_CATALOG_CONFIGMAP", "GLMOPS_METRICS_PORT", "GLMOPS_WEBHOOK", *CHART_ENV):
+        monkeypatch.delenv(key, raising=False)
+    memo = kopf.Memo()
+    monkeypatch.setenv("GLMOPS_IMAGE_POLICY", '{"allowCustomImages": false}')
+    configure(settings=kopf.OperatorSettings(), memo=memo)
+    assert memo.runtime.catalogs.get().image_policy.allow_custom_images is False
+
+
 def test_chart_mode_needs_the_service_and_the_secret_in_one_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(kopf.PermanentError, match="GLMOPS_WEBHOOK_SERVICE and GLMOPS_WEBHOOK_SECRET must both be"):
         _configured(monkeypatch, {**CHART_ENV, "GLMOPS_WEBHOOK_SECRET": "other/glmops-webhook-cert"})

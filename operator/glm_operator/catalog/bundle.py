@@ -8,7 +8,7 @@ change, so an unknown name is refused with that explanation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from glm_operator.api import AcceleratorType
 from glm_operator.catalog.accelerators import Accelerator, AcceleratorCatalog, load_accelerators
 from glm_operator.catalog.formats import FormatInfo, load_formats
+from glm_operator.catalog.image_policy import ImagePolicy
 from glm_operator.catalog.images import ImageCatalog, extra_images, load_images
 from glm_operator.catalog.models import ModelCatalog, ModelInfo, load_models
 
@@ -34,6 +35,8 @@ class Catalogs:
     # The cluster's RDMA device resource (the chart's network.rdmaResource, GLMOPS_RDMA_RESOURCE), used for
     # spec.network.rdma without a resourceName. A fact about the cluster, like the accelerators' node labels.
     default_rdma_resource: str | None = None
+    # The cluster's rule on user-named images (set by the administrator, never by a catalog extension).
+    image_policy: ImagePolicy = field(default_factory=ImagePolicy)
 
     @classmethod
     def packaged(cls) -> Catalogs:

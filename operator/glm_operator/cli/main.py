@@ -47,12 +47,18 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
     return 0
 
 
+IMAGE_POLICY_HELP = (
+    "the cluster's image policy, as the operator enforces it: the chart's values file (its imagePolicy) or an "
+    "imagePolicy mapping alone (allowCustomImages, allowedRepositories). Default: custom images allowed"
+)
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
-    return validate(args.files, args.output, args.catalog)
+    return validate(args.files, args.output, args.catalog, image_policy_file=args.image_policy)
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    return render(args.files, args.lws, args.catalog)
+    return render(args.files, args.lws, args.catalog, image_policy_file=args.image_policy)
 
 
 def _cmd_canary(args: argparse.Namespace) -> int:
@@ -150,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="a catalog extension (accelerators/models/images YAML, as in the glmops-catalog ConfigMap)",
     )
+    val.add_argument("--image-policy", metavar="FILE", help=IMAGE_POLICY_HELP)
     val.add_argument("files", nargs="+", metavar="FILE", help="manifest files, or - for standard input")
     val.set_defaults(func=_cmd_validate)
 
@@ -166,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="render multi-node replicas as StatefulSets, as on a cluster without LeaderWorkerSet",
     )
     ren.add_argument("--catalog", action="append", default=[], metavar="FILE", help="a catalog extension")
+    ren.add_argument("--image-policy", metavar="FILE", help=IMAGE_POLICY_HELP)
     ren.add_argument("files", nargs="+", metavar="FILE", help="manifest files, or - for standard input")
     ren.set_defaults(func=_cmd_render)
 

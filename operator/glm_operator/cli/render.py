@@ -20,9 +20,10 @@ def render(
     catalog_files: list[str] | None = None,
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
+    image_policy_file: str | None = None,
 ) -> int:
     stdout = stdout or sys.stdout
-    inputs = read_inputs(paths, catalog_files, stdin)
+    inputs = read_inputs(paths, catalog_files, stdin, image_policy_file)
     if inputs is None:
         return EXIT_BAD_INPUT
     catalogs, docs = inputs

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from typing import Any, TextIO
 
 from glm_operator.api import KIND
 from glm_operator.catalog.bundle import CatalogError, Catalogs
+from glm_operator.catalog.image_policy import ImagePolicy, PolicyError
 from glm_operator.cli.manifests import InputError, Manifests, load_manifests, read_bounded
 from glm_operator.rules.engine import admit
 from glm_operator.rules.findings import clip
@@ -15,7 +17,7 @@ from glm_operator.rules.findings import clip
 EXIT_ADMITTED, EXIT_REFUSED, EXIT_BAD_INPUT = 0, 1, 2
 
 
-def load_catalogs(extensions: list[str]) -> Catalogs:
+def load_catalogs(extensions: list[str], image_policy_file: str | None = None) -> Catalogs:
     catalogs = Catalogs.packaged()
     for path in extensions:
         text = read_bounded(path, sys.stdin)
@@ -23,16 +25,22 @@ def load_catalogs(extensions: list[str]) -> Catalogs:
             catalogs = catalogs.extend(text, source=path)
         except CatalogError as err:
             raise InputError(str(err)) from err
+    if image_policy_file is not None:
+        try:
+            policy = ImagePolicy.from_file_text(read_bounded(image_policy_file, sys.stdin), image_policy_file)
+        except PolicyError as err:
+            raise InputError(str(err)) from err
+        catalogs = replace(catalogs, image_policy=policy)
     return catalogs
 
 
 def read_inputs(
-    paths: list[str], catalog_files: list[str] | None, stdin: TextIO | None
+    paths: list[str], catalog_files: list[str] | None, stdin: TextIO | None, image_policy_file: str | None = None
 ) -> tuple[Catalogs, list[tuple[str, dict[str, Any]]]] | None:
     """Catalogs and manifests for a command, or None after saying on stderr why they cannot be read."""
     manifests = Manifests()
     try:
-        catalogs = load_catalogs(catalog_files or [])
+        catalogs = load_catalogs(catalog_files or [], image_policy_file)
         load_manifests(paths, stdin or sys.stdin, manifests)
     except InputError as err:
         problem: InputError | None = err
@@ -52,9 +60,10 @@ def validate(
     catalog_files: list[str] | None = None,
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
+    image_policy_file: str | None = None,
 ) -> int:
     stdout = stdout or sys.stdout
-    inputs = read_inputs(paths, catalog_files, stdin)
+    inputs = read_inputs(paths, catalog_files, stdin, image_policy_file)
     if inputs is None:
         return EXIT_BAD_INPUT
     catalogs, docs = inputs

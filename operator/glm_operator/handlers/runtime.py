@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from glm_operator.catalog.image_policy import ImagePolicy
 from glm_operator.k8s.catalog import CatalogSource
 from glm_operator.planner.coalesce import Coalescer
 from glm_operator.render.imagebuild import BuildSettings
@@ -37,6 +38,8 @@ class Runtime:
             patched_registry=image_build.registry if image_build.enabled else None,
             # The chart's network.rdmaResource: the RDMA resource of spec.network.rdma without a resourceName.
             default_rdma_resource=env.get("GLMOPS_RDMA_RESOURCE", "").strip() or None,
+            # GLMOPS_IMAGE_POLICY (the chart's imagePolicy), read once: a malformed one stops the start-up.
+            image_policy=ImagePolicy.from_env(env),
         )
         return cls(catalogs=catalogs, image_build=image_build)
 

@@ -44,9 +44,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     """Build the runtime context; keep kopf's progress in glmops.dev/ annotations; our finalizer; webhooks."""
     try:
         logging.getLogger().setLevel(log_level(os.environ))
-    except ValueError as err:
+        memo.runtime = Runtime.from_env(os.environ)
+    except ValueError as err:  # a malformed setting (log level, image policy): retrying cannot fix it
         raise kopf.PermanentError(str(err)) from err
-    memo.runtime = Runtime.from_env(os.environ)
     settings.persistence.finalizer = f"{PREFIX}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(

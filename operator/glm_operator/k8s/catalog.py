@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from glm_operator.catalog.bundle import CatalogError, Catalogs
+from glm_operator.catalog.image_policy import ImagePolicy
 
 log = logging.getLogger(__name__)
 CONFIGMAP_KEY = "catalog.yaml"
@@ -42,8 +43,10 @@ class CatalogSource:
         ttl_seconds: float = TTL_SECONDS,
         patched_registry: str | None = None,
         default_rdma_resource: str | None = None,
+        image_policy: ImagePolicy | None = None,
     ) -> None:
         self._ref = ref
+        self._image_policy = image_policy or ImagePolicy()
         # With in-cluster image builds, glmops' patched images live in the cluster's registry.
         self._patched_registry = patched_registry
         self._default_rdma_resource = default_rdma_resource
@@ -64,7 +67,7 @@ class CatalogSource:
             return catalogs
 
     def _load(self) -> Catalogs:
-        packaged = Catalogs.packaged()
+        packaged = replace(Catalogs.packaged(), image_policy=self._image_policy)
         if self._patched_registry:
             packaged = replace(packaged, images=packaged.images.with_patched_registry(self._patched_registry))
         if self._default_rdma_resource:

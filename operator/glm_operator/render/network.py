@@ -57,13 +57,11 @@ def network_env(network: NetworkSpec, taken: set[str]) -> list[dict[str, str]]:
 
 
 def add_to_container(container: dict[str, Any], network: NetworkSpec, resource: str | None) -> None:
-    """Add the RDMA devices (requests and limits) and the capabilities to an already built container."""
+    """Add the RDMA devices (requests and limits) to an already built container.
+
+    The capabilities (added_capabilities) go into the container's securityContext where it is made
+    (render/security.py), so that everything else stays dropped."""
     if network.rdma is not None and resource:
         resources = container.setdefault("resources", {})
         for kind in ("requests", "limits"):
             resources.setdefault(kind, {})[resource] = str(network.rdma.count)
-    capabilities = added_capabilities(network)
-    if capabilities:
-        caps = container.setdefault("securityContext", {}).setdefault("capabilities", {})
-        present = caps.setdefault("add", [])
-        present.extend(c for c in capabilities if c not in present)

@@ -24,6 +24,7 @@ from glm_operator.api.constants import (
 )
 from glm_operator.render import network
 from glm_operator.render.plan import HTTP_PORT, LEADER_ADDRESS, NODE_RANK, Plan
+from glm_operator.render.security import vllm_security_context
 
 CANARY_CONDITION = "glmops.dev/canary"
 STARTUP_PROBE_SECONDS = 3600  # a 750 GB checkpoint can take most of an hour to download and load
@@ -127,6 +128,7 @@ def _container(
         "env": _env(plan, glmd, extra_env),
         "resources": {"limits": dict(gpus), "requests": dict(gpus)},
         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "model-cache", "mountPath": HF_CACHE}],
+        "securityContext": vllm_security_context(network.added_capabilities(glmd.spec.network)),
         **_probes(serving),
     }
     if shell is not None:

@@ -20,6 +20,7 @@ from glm_operator.api.constants import Reason
 from glm_operator.rules.context import Catalogs, resolve
 from glm_operator.rules.feasibility import FEASIBILITY_CHECKS
 from glm_operator.rules.findings import Change, Finding
+from glm_operator.rules.image_policy import image_policy_findings
 from glm_operator.rules.known_issues import KNOWN_ISSUES
 from glm_operator.rules.network import NETWORK_CHECKS
 
@@ -61,7 +62,7 @@ def evaluate(obj: dict[str, Any], catalogs: Catalogs) -> list[Finding]:
     except ValidationError as err:
         return schema_findings(err)
     ctx = resolve(parsed.spec, catalogs, owned_env(obj))
-    findings: list[Finding] = []
+    findings: list[Finding] = image_policy_findings(ctx)
     for check in (*FEASIBILITY_CHECKS, *NETWORK_CHECKS):
         findings.extend(check(ctx))
     for rule in KNOWN_ISSUES:
