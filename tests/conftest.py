@@ -23,8 +23,9 @@ from tests.support.cluster import (
     wait_for_admission,
 )
 
-TEST_WEBHOOK_PORT = "19543"
-TEST_METRICS_PORT = "19544"
+# Overridable, so tests against a second test cluster (GLMOPS_CLUSTER and its ports) can run beside the first.
+TEST_WEBHOOK_PORT = os.environ.get("GLMOPS_TEST_WEBHOOK_PORT", "19543")
+TEST_METRICS_PORT = os.environ.get("GLMOPS_TEST_METRICS_PORT", "19544")
 SHARED_GSM8K = REPO.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
 CATALOG_NAMESPACE = "glmops-test-catalog"
 ARTIFACTS = Path(os.environ.get("GLMOPS_TEST_ARTIFACTS", REPO / ".test-artifacts"))

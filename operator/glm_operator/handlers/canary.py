@@ -10,7 +10,8 @@ import asyncio
 import contextlib
 import datetime
 import logging
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import kopf
 import kubernetes
@@ -24,6 +25,7 @@ from glm_operator.canary.supervisor import PodTasks, WatchedPod
 from glm_operator.handlers.runtime import Runtime, runtime
 from glm_operator.k8s import objects, pods
 from glm_operator.k8s.canary_data import gsm8k_for
+from glm_operator.k8s.client import API_UNREACHABLE
 from glm_operator.k8s.metrics import record_suite, record_unreachable
 from glm_operator.k8s.peering import read_peers
 from glm_operator.render.canary_state import (
@@ -37,6 +39,25 @@ from glm_operator.render.canary_state import (
 
 log = logging.getLogger(__name__)
 PEERING_CHECK_S = 5.0
+API_RETRY_S = 2.0
+T = TypeVar("T")
+
+
+async def _api(call: Callable[..., T], *args: Any) -> T:
+    """A Kubernetes API call off the event loop, retried while the API server does not answer at all.
+
+    An API server restarting is no fault of the pod: the verdict the suite reached is written once it is back,
+    instead of counting as an attempt that could not ask the pod and running the whole suite again.
+    """
+    warned = False
+    while True:
+        try:
+            return await asyncio.to_thread(call, *args)
+        except API_UNREACHABLE as err:
+            if not warned:
+                log.warning("the API server did not answer (%s); retrying every %.0fs", type(err).__name__, API_RETRY_S)
+                warned = True
+            await asyncio.sleep(API_RETRY_S)
 
 
 @kopf.on.startup(id="glmops-canary-gates")
@@ -122,6 +143,7 @@ async def _report_unreachable(namespace: str, parent: str, pod: str, state: Gate
         reports = {**((body.get("status") or {}).get("canary") or {}).get("pods", {}), pod: report}
         summary = {"canary": {"pods": {pod: report}, "summary": summarize(reports)}}
         await asyncio.to_thread(objects.patch_glmdeployment_status, namespace, parent, summary)
+        await asyncio.to_thread(objects.settle_canary_summary, namespace, parent, summarize)
     except Exception as err:  # noqa: BLE001 - the next attempt reports again
         log.warning("could not report the unreachable pod %s/%s: %s", namespace, pod, err_detail(err))
 
@@ -160,11 +182,11 @@ async def _check_once(
     namespace: str, parent: str, pod: str, ip: str, state: GateState, context: Runtime
 ) -> float | None:
     """One canary run against one pod: the gate written, Events and status posted; the delay to the next run."""
-    body = await asyncio.to_thread(objects.get_glmdeployment, namespace, parent)
+    body = await _api(objects.get_glmdeployment, namespace, parent)
     if body is None:
         return None
     glmd = GLMDeployment.model_validate(body)
-    questions, shots = await asyncio.to_thread(gsm8k_for, body)
+    questions, shots = await _api(gsm8k_for, body)
     inputs: SuiteInputs = suite_inputs_for(body, context.catalogs.get(), questions, shots)
     client = OpenAIClient(f"http://{ip}:{VLLM_PORT}")
     try:
@@ -176,13 +198,14 @@ async def _check_once(
         await client.close()
     record_suite(namespace, parent, result)
     decision = state.observe(result, inputs.config.failures_to_unready)
-    if decision is not None and await asyncio.to_thread(pods.set_gate, namespace, pod, *decision):
+    if decision is not None and await _api(pods.set_gate, namespace, pod, *decision):
         event = kopf.info if decision[0] == "True" else kopf.warn
         event(kopf.Body(cast(kopf.RawBody, body)), reason=decision[1], message=f"pod {pod}: {decision[2]}")
     report = state.report(result)
     reports = {**((body.get("status") or {}).get("canary") or {}).get("pods", {}), pod: report}
     summary = {"canary": {"pods": {pod: report}, "summary": summarize(reports)}}
-    await asyncio.to_thread(objects.patch_glmdeployment_status, namespace, parent, summary)
+    await _api(objects.patch_glmdeployment_status, namespace, parent, summary)
+    await _api(objects.settle_canary_summary, namespace, parent, summarize)
     return state.next_delay(result, inputs.config.recheck_seconds)
 
 

@@ -13,12 +13,23 @@ from glm_operator.api.constants import LABEL_DEPLOYMENT, MANAGED
 from glm_operator.handlers.runtime import Runtime, runtime
 from glm_operator.handlers.settings import OWNED_RESOURCES
 from glm_operator.k8s import objects
+from glm_operator.k8s.client import API_UNREACHABLE
 from glm_operator.k8s.imagebuild import ensure_glmimage
 from glm_operator.planner.deployment import Observed, Outcome, image_request, plan
+
+API_RETRY_S = 5  # an API server restart takes seconds; kopf's default retry after a failure is 60 s
 
 
 def reconcile_body(body: dict[str, Any], context: Runtime, logger: Any) -> Outcome:
     """Gather what the planner needs, plan, apply its objects and deletions; return the outcome."""
+    try:
+        return _reconcile_body(body, context, logger)
+    except API_UNREACHABLE as err:
+        # Applies are idempotent (server-side apply): the retry redoes whatever did not get through.
+        raise kopf.TemporaryError(f"the API server did not answer: {type(err).__name__}", delay=API_RETRY_S) from err
+
+
+def _reconcile_body(body: dict[str, Any], context: Runtime, logger: Any) -> Outcome:
     catalogs = context.catalogs.get()
     meta = body["metadata"]
     request = image_request(body, catalogs, context.image_build)

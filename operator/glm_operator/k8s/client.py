@@ -7,6 +7,11 @@ from functools import cache
 from typing import Any
 
 import kubernetes
+import urllib3
+
+# What the client raises when the API server does not answer at all (restarting, network gone), as opposed to an
+# answer with an error status (kubernetes.client.ApiException): worth a quick retry, not a traceback.
+API_UNREACHABLE: tuple[type[Exception], ...] = (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)
 
 
 @cache

@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 import kubernetes
@@ -126,3 +126,35 @@ def patch_glmdeployment_status(namespace: str, name: str, status: dict[str, Any]
     kubernetes.client.CustomObjectsApi(api_client()).patch_namespaced_custom_object_status(
         GROUP, VERSION, namespace, PLURAL, name, {"apiVersion": API_VERSION, "status": status}
     )
+
+
+SUMMARY_ATTEMPTS = 5
+
+
+def settle_canary_summary(namespace: str, name: str, summarize: Callable[[dict[str, Any]], str]) -> None:
+    """Make status.canary.summary agree with status.canary.pods as stored now.
+
+    Each pod's gate patches its own report (a merge: no report is lost) with a summary computed from the reports
+    it last read, so two gates finishing together each leave the other's out. This reads again and patches under
+    the read's resourceVersion: a summary computed from reports that changed since is refused (409) and redone.
+    """
+    api = kubernetes.client.CustomObjectsApi(api_client())
+    for _ in range(SUMMARY_ATTEMPTS):
+        body = get_glmdeployment(namespace, name)
+        if body is None:
+            return
+        canary = (body.get("status") or {}).get("canary") or {}
+        wanted = summarize(canary.get("pods") or {})
+        if canary.get("summary") == wanted:
+            return
+        patch = {
+            "apiVersion": API_VERSION,
+            "metadata": {"resourceVersion": body["metadata"]["resourceVersion"]},
+            "status": {"canary": {"summary": wanted}},
+        }
+        try:
+            api.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, patch)
+            return
+        except kubernetes.client.ApiException as err:
+            if err.status != 409:
+                raise

@@ -34,7 +34,14 @@ def launch_command(container: Any) -> list[str]:
     return command
 
 
-def sim_argv(pod: Any, gpu: str, gsm8k: str | None, fault: str | None, endpoint_fault: str | None = None) -> list[str]:
+def sim_argv(
+    pod: Any,
+    gpu: str,
+    gsm8k: str | None,
+    fault: str | None,
+    endpoint_fault: str | None = None,
+    latency_ms: str | None = None,
+) -> list[str]:
     container = pod.spec.containers[0]
     image = load_images().describe(container.image)
     argv = [
@@ -59,6 +66,8 @@ def sim_argv(pod: Any, gpu: str, gsm8k: str | None, fault: str | None, endpoint_
         argv += ["--gsm8k", gsm8k]
     if endpoint_fault:
         argv += ["--endpoint-fault", endpoint_fault]
+    if latency_ms:
+        argv += ["--latency-ms", latency_ms]
     return [*argv, "--", *launch_command(container)]
 
 
@@ -76,31 +85,12 @@ def run(gsm8k: str | None, overrides: dict[str, str], interval: float = 1.0) -> 
         while True:
             for key in [k for k, p in running.items() if p.poll() is not None]:
                 running.pop(key)  # exited (e.g. its IP was still bound): start it again
-            seen = set()
-            for pod in api.list_pod_for_all_namespaces(label_selector=SELECTOR).items:
-                if not pod.status.pod_ip or pod.status.phase != "Running" or pod.metadata.deletion_timestamp:
-                    continue
-                key = f"{pod.metadata.namespace}/{pod.metadata.name}/{pod.status.pod_ip}"
-                seen.add(key)
-                if key in running:
-                    continue
-                for other in [k for k in running if k.endswith(f"/{pod.status.pod_ip}")]:
-                    stale = running.pop(other)  # the IP now belongs to a new pod
-                    stale.terminate()
-                    stale.wait(timeout=10)
-                node = pod.spec.node_name
-                if node not in gpus:
-                    gpus[node] = (api.read_node(node).metadata.labels or {}).get("glmops.dev/accelerator", "H200")
-                parent = f"{pod.metadata.namespace}/{pod.metadata.labels.get(LABEL_DEPLOYMENT, '')}"
-                env = {e.name: e.value for e in pod.spec.containers[0].env or [] if e.value is not None}
-                annotations = _glmd_annotations(pod)
-                fault = overrides.get(parent) or annotations.get(FAULT_ANNOTATION)
-                argv = sim_argv(pod, gpus[node], gsm8k, fault, annotations.get(ENDPOINT_FAULT_ANNOTATION))
-                running[key] = subprocess.Popen(
-                    argv, env={**_base_env(), **env}, stdout=subprocess.DEVNULL, stderr=sys.stderr
+            try:
+                _sync(api, running, gpus, gsm8k, overrides)
+            except Exception as err:  # noqa: BLE001 - the API server restarting: keep serving, ask again
+                print(
+                    f"sim-fleet: cannot follow the pods ({type(err).__name__}); keeping {len(running)}", file=sys.stderr
                 )
-            for key in set(running) - seen:
-                running.pop(key).terminate()
             time.sleep(interval)
     finally:
         for proc in running.values():
@@ -109,12 +99,50 @@ def run(gsm8k: str | None, overrides: dict[str, str], interval: float = 1.0) -> 
             proc.wait(timeout=10)
 
 
+def _sync(
+    api: Any, running: dict[str, subprocess.Popen[bytes]], gpus: dict[str, str], gsm8k: str | None,
+    overrides: dict[str, str],
+) -> None:  # fmt: skip
+    """One pass: a simulator started for each new serving pod, stopped for each pod gone."""
+    seen = set()
+    for pod in api.list_pod_for_all_namespaces(label_selector=SELECTOR).items:
+        if not pod.status.pod_ip or pod.status.phase != "Running" or pod.metadata.deletion_timestamp:
+            continue
+        key = f"{pod.metadata.namespace}/{pod.metadata.name}/{pod.status.pod_ip}"
+        seen.add(key)
+        if key in running:
+            continue
+        for other in [k for k in running if k.endswith(f"/{pod.status.pod_ip}")]:
+            stale = running.pop(other)  # the IP now belongs to a new pod
+            stale.terminate()
+            stale.wait(timeout=10)
+        node = pod.spec.node_name
+        if node not in gpus:
+            gpus[node] = (api.read_node(node).metadata.labels or {}).get("glmops.dev/accelerator", "H200")
+        parent = f"{pod.metadata.namespace}/{pod.metadata.labels.get(LABEL_DEPLOYMENT, '')}"
+        env = {e.name: e.value for e in pod.spec.containers[0].env or [] if e.value is not None}
+        annotations = _glmd_annotations(pod)
+        fault = overrides.get(parent) or annotations.get(FAULT_ANNOTATION)
+        argv = sim_argv(
+            pod,
+            gpus[node],
+            gsm8k,
+            fault,
+            annotations.get(ENDPOINT_FAULT_ANNOTATION),
+            annotations.get(LATENCY_ANNOTATION),
+        )
+        running[key] = subprocess.Popen(argv, env={**_base_env(), **env}, stdout=subprocess.DEVNULL, stderr=sys.stderr)
+    for key in set(running) - seen:
+        running.pop(key).terminate()
+
+
 FAULT_ANNOTATION = "sim.glmops.dev/fault"
 ENDPOINT_FAULT_ANNOTATION = "sim.glmops.dev/endpoint-fault"
+LATENCY_ANNOTATION = "sim.glmops.dev/latency-ms"  # a slow server: each request waits this long (slow canary runs)
 
 
 def _glmd_annotations(pod: Any) -> dict[str, str]:
-    """Failures forced onto a GLMDeployment's pods by annotating it (tests of unknown failures, broken endpoints)."""
+    """Failures forced onto a GLMDeployment's pods by annotating it (unknown failures, broken endpoints, latency)."""
     import kubernetes
 
     from glm_operator.k8s.objects import get_glmdeployment

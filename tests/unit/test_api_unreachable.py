@@ -1,0 +1,78 @@
+"""An API server that does not answer (restarting) is retried soon and quietly, never blamed on a pod."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import kopf
+import pytest
+import urllib3
+
+from glm_operator.handlers import canary, glmdeployment
+from glm_operator.k8s.client import API_UNREACHABLE
+from glm_operator.sim.fleet import sim_argv
+
+REFUSED = urllib3.exceptions.MaxRetryError(None, "/api", reason=ConnectionRefusedError(111, "refused"))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [REFUSED, urllib3.exceptions.ProtocolError("Connection aborted."), ConnectionResetError(), TimeoutError()],
+)
+def test_errors_without_an_answer_count_as_the_api_server_unreachable(error: Exception) -> None:
+    assert isinstance(error, API_UNREACHABLE)
+
+
+async def test_a_gate_write_is_retried_until_the_api_server_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(canary, "API_RETRY_S", 0.01)
+
+    def set_gate(*args: Any) -> bool:
+        calls.append(args)
+        if len(calls) < 3:
+            raise REFUSED
+        return True
+
+    assert await asyncio.wait_for(canary._api(set_gate, "ns", "pod", "True"), timeout=5) is True
+    assert calls == [("ns", "pod", "True")] * 3
+
+
+async def test_an_answer_with_an_error_status_is_not_retried_as_unreachable() -> None:
+    import kubernetes
+
+    def forbidden() -> None:
+        raise kubernetes.client.ApiException(status=403)
+
+    with pytest.raises(kubernetes.client.ApiException):
+        await canary._api(forbidden)
+
+
+def test_a_reconcile_the_api_server_did_not_answer_is_retried_in_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(*_: Any, **__: Any) -> Any:
+        raise REFUSED
+
+    monkeypatch.setattr(glmdeployment, "_reconcile_body", refused)
+    with pytest.raises(kopf.TemporaryError) as caught:
+        glmdeployment.reconcile_body({}, None, None)  # type: ignore[arg-type]
+    assert caught.value.delay == glmdeployment.API_RETRY_S <= 5
+    assert "the API server did not answer: MaxRetryError" in str(caught.value)
+
+
+class _Obj:
+    def __init__(self, **kw: Any) -> None:
+        self.__dict__.update(kw)
+
+
+@pytest.mark.parametrize(("latency", "expected"), [(None, None), ("400", ["--latency-ms", "400"])])
+def test_the_fleet_passes_a_deployments_latency_annotation_to_its_simulators(
+    latency: str | None, expected: list[str] | None
+) -> None:
+    container = _Obj(image="vllm/vllm-openai:v0.32.0", command=["vllm", "serve", "zai-org/GLM-5.3"], args=[])
+    pod = _Obj(spec=_Obj(containers=[container]), status=_Obj(pod_ip="127.21.0.9"))
+    argv = sim_argv(pod, "H200", None, None, None, latency)
+    head = argv[: argv.index("--")]
+    if expected is None:
+        assert "--latency-ms" not in head
+    else:
+        assert head[-2:] == expected
