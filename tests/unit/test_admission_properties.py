@@ -126,7 +126,8 @@ def corrupt(rng: random.Random, obj: dict[str, Any]) -> list[str]:
         if rng.random() < 0.05:
             node[f"unknown{leaf.capitalize()}"] = 1
         else:
-            node[leaf] = rng.choice(hostile_values(schema))
+            # A copy: WRONG_TYPES' containers are shared, and nesting one into itself would make a cycle.
+            node[leaf] = copy.deepcopy(rng.choice(hostile_values(schema)))
         paths.append(path)
     return paths
 

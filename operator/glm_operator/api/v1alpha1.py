@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from glm_operator.api.pod import PodSettings
+
 GROUP = "glmops.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -407,6 +409,14 @@ class GLMDeploymentSpec(_Model):
     canary: CanarySpec = Field(
         default_factory=CanarySpec,
         description="Correctness canaries gating each pod's readiness.",
+        json_schema_extra={"default": {}},
+    )
+    pod: PodSettings = Field(
+        default_factory=PodSettings,
+        description=(
+            "Settings of every pod glmops renders: requests, node selection, tolerations, pull secrets, "
+            "ServiceAccount, priority, labels, annotations, volumes and /dev/shm size."
+        ),
         json_schema_extra={"default": {}},
     )
 
