@@ -16,9 +16,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
 
 # Kubernetes' resource.Quantity as CRDs spell it: a decimal with an optional binary or decimal suffix or exponent.
-QUANTITY = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+QUANTITY = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
@@ -45,20 +48,21 @@ class _Model(BaseModel):
     model_config = _CONFIG
 
 
-_QUANTITY_VALUE = {
+_QUANTITY_VALUE: JsonDict = {
     "description": "A Kubernetes quantity, e.g. 32, 500m, 512Gi.",
     "anyOf": [{"type": "integer"}, {"type": "string"}],
     "pattern": QUANTITY,
     "x-kubernetes-int-or-string": True,
 }
-_PRESERVE = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+_PRESERVE: JsonDict = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 
 
-def _kept(description: str) -> dict[str, Any]:
+def _kept(description: str) -> JsonDict:
     """An object passed through as Kubernetes defines it (its inside is checked by the API server on the pod)."""
     return {**_PRESERVE, "description": description}
 
-_SUFFIX = {
+
+_SUFFIX: dict[str, Decimal | int] = {
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
     "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1,
     "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
@@ -358,7 +362,9 @@ class PodSettings(_Model):
     volumes: list[Volume] = Field(
         default_factory=list,
         max_length=16,
-        description="Extra volumes of the pods, mounted with volumeMounts. Names are unique; shm and model-cache are glmops'.",
+        description=(
+            "Extra volumes of the pods, mounted with volumeMounts. Names are unique; shm and model-cache are glmops'."
+        ),
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     volume_mounts: list[VolumeMount] = Field(

@@ -33,7 +33,9 @@ def _merged_affinity(ours: dict[str, Any], theirs: Affinity | None) -> dict[str,
             merged["matchExpressions"] = [*(merged.get("matchExpressions") or []), *copy.deepcopy(accelerator)]
             terms.append(merged)
         if terms:
-            required = out.setdefault("nodeAffinity", {}).setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+            required = out.setdefault("nodeAffinity", {}).setdefault(
+                "requiredDuringSchedulingIgnoredDuringExecution", {}
+            )
             required["nodeSelectorTerms"] = terms
     if node is not None and node.preferred_during_scheduling_ignored_during_execution:
         preferred = copy.deepcopy(node.preferred_during_scheduling_ignored_during_execution)
