@@ -161,6 +161,7 @@ def test_the_reserved_volume_names_and_paths_are_every_one_glmops_renders() -> N
 
 # --- Refusals ---------------------------------------------------------------------------------------------------
 
+TERMS = "spec.pod.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
 MESSAGE = re.compile(r"^(?P<field>\S+): (?P<value>.+?): (?P<problem>.+) \(rule (?P<rule>[^,)]+)\)\. (?P<fix>.+)\.$")
 
 
@@ -206,6 +207,19 @@ MESSAGE = re.compile(r"^(?P<field>\S+): (?P<value>.+?): (?P<problem>.+) \(rule (
         ({"volumes": [{"name": "x", "emptyDir": {}}],
           "volumeMounts": [{"name": "x", "mountPath": "/data", "subPath": "a/../../etc"}]},
          "spec.pod.volumeMounts[0].subPath", "must not contain '..'", "inside it"),
+        ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "Exists"}]},
+            {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-B200"]}]},
+        ]}}}}, f"{TERMS}[1]", "this term matches no GPU node", "spec.accelerator.type picks the GPU model"),
+        ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "NotIn", "values": ["NVIDIA-H200"]}]},
+        ]}}}}, f"{TERMS}[0]", "H200 nodes carry nvidia.com/gpu.product in NVIDIA-H200", "Remove that expression"),
+        ({"tolerations": [{"key": "a", "operator": "Exists", "value": "b"}]}, "spec.pod.tolerations[0].value",
+         "must be empty with operator Exists", "Remove it"),
+        ({"tolerations": [{"operator": "Equal", "value": "b"}]}, "spec.pod.tolerations[0].key",
+         "only with operator Exists", "operator: Exists"),
+        ({"tolerations": [{"key": "a", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}]},
+         "spec.pod.tolerations[0].tolerationSeconds", "only to effect NoExecute", "effect: NoExecute"),
     ],
     ids=lambda v: v if isinstance(v, str) and v.startswith("spec.") else None,
 )  # fmt: skip
@@ -263,6 +277,10 @@ def test_the_schema_refuses_malformed_pod_settings_before_the_rules(
          "volumeMounts": [{"name": "data", "mountPath": "/data", "subPath": "x/y"},
                           {"name": "data", "mountPath": "/dev/shmem"}]},
         {"tolerations": [{"operator": "Exists"}]},
+        {"tolerations": [{"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}]},
+        {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
+                                   "values": ["NVIDIA-H200", "NVIDIA-B200"]}]}]}}}},
     ],
 )  # fmt: skip
 def test_settings_that_only_add_are_admitted(pod: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+from typing import Any
 
 from glm_operator.api.constants import LABEL_MANAGED_BY, LABEL_POD_INDEX
 from glm_operator.api.pod import GLMOPS_MOUNT_PATHS, GLMOPS_VOLUMES, parse_quantity, qualified_name_problem
@@ -89,6 +90,70 @@ def node_selector_narrows(ctx: Context) -> list[Finding]:
                     f"Remove it, or use {wanted} (spec.accelerator.type picks the GPU model)",
                 )
             )
+    return out
+
+
+def _term_excludes_accelerator(term: dict[str, Any], allowed: dict[str, list[str]]) -> str | None:
+    """The expression of a node selector term that no node of the accelerator can satisfy, or None."""
+    for expr in term.get("matchExpressions") or []:
+        if not isinstance(expr, dict) or expr.get("key") not in allowed:
+            continue
+        values = set(expr.get("values") or [])
+        ours = set(allowed[expr["key"]])
+        if (
+            (expr.get("operator") == "In" and not values & ours)
+            or (expr.get("operator") == "NotIn" and ours <= values)
+            or expr.get("operator") == "DoesNotExist"
+        ):
+            return f"{expr['key']} {expr.get('operator')} {sorted(values)}"
+    return None
+
+
+def node_affinity_narrows(ctx: Context) -> list[Finding]:
+    """A required node affinity term of spec.pod may narrow the accelerator's node labels, never exclude them."""
+    affinity = ctx.spec.pod.affinity
+    node = affinity.node_affinity if affinity is not None else None
+    required = node.required_during_scheduling_ignored_during_execution if node is not None else None
+    if required is None:
+        return []
+    allowed = ctx.accelerator.node_selector
+    out = []
+    for i, term in enumerate(required.node_selector_terms):
+        excluded = _term_excludes_accelerator(term, allowed)
+        if excluded is not None:
+            where = (
+                f"spec.pod.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]"
+            )
+            wanted = "; ".join(f"{k} in {', '.join(v)}" for k, v in allowed.items())
+            out.append(
+                _f(
+                    "node-affinity",
+                    where,
+                    excluded,
+                    f"{ctx.accelerator.name} nodes carry {wanted}, so this term matches no GPU node",
+                    "Remove that expression (spec.accelerator.type picks the GPU model) or allow its value",
+                )
+            )
+    return out
+
+
+def tolerations_are_valid(ctx: Context) -> list[Finding]:
+    """spec.pod.tolerations are ones the API server accepts on a pod (checked here, not after the Deployment)."""
+    out = []
+    for i, tol in enumerate(ctx.spec.pod.tolerations):
+        where = f"spec.pod.tolerations[{i}]"
+        exists = tol.operator is not None and tol.operator.value == "Exists"
+        if exists and tol.value:
+            out.append(
+                _f("tolerations", f"{where}.value", tol.value, "must be empty with operator Exists", "Remove it")
+            )
+        if not tol.key and not exists:
+            problem = "an empty key matches every taint only with operator Exists"
+            out.append(_f("tolerations", f"{where}.key", '""', problem, "Set a key, or operator: Exists"))
+        if tol.toleration_seconds is not None and (tol.effect is None or tol.effect.value != "NoExecute"):
+            problem = "tolerationSeconds applies only to effect NoExecute"
+            out.append(_f("tolerations", f"{where}.tolerationSeconds", tol.toleration_seconds, problem,
+                          "Set effect: NoExecute or remove tolerationSeconds"))  # fmt: skip
     return out
 
 
@@ -176,6 +241,8 @@ def volumes_are_the_users(ctx: Context) -> list[Finding]:
 POD_SETTINGS_CHECKS = (
     resources_leave_gpus_alone,
     node_selector_narrows,
+    node_affinity_narrows,
+    tolerations_are_valid,
     labels_and_annotations_are_the_users,
     volumes_are_the_users,
 )
