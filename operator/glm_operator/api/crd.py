@@ -33,6 +33,7 @@ _KEPT = {
     "pattern",
     "minItems",
     "maxItems",
+    "maxProperties",
     "items",
     "properties",
     "required",
@@ -51,6 +52,8 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
         target = copy.deepcopy(defs[node.pop("$ref").rsplit("/", 1)[-1]])
         target.update(node)  # the field's own description and default win over the type's
         return _resolve(target, defs)
+    if node.get("x-kubernetes-int-or-string"):  # int | str: the one union a structural schema allows
+        return {k: v for k, v in node.items() if k in _KEPT or k in ("anyOf", "x-kubernetes-int-or-string")}
     if "anyOf" in node:  # Optional[X] -> X; the field is simply not required
         options = [o for o in node.pop("anyOf") if o.get("type") != "null"]
         if len(options) != 1:

@@ -102,6 +102,9 @@ _TYPES: dict[str, tuple[type, ...]] = {
 
 def _node(value: Any, schema: dict[str, Any], path: str, out: list[SchemaProblem]) -> None:
     kind = schema.get("type")
+    if schema.get("x-kubernetes-int-or-string") and (isinstance(value, bool) or not isinstance(value, int | str)):
+        _problem(out, path, value, f"must be an integer or a string, not {_json_type(value)}")
+        return
     if kind is not None:
         wanted = _TYPES[kind]
         if not isinstance(value, wanted) or (isinstance(value, bool) and bool not in wanted):
@@ -125,6 +128,8 @@ def _json_type(value: Any) -> str:
 def _object(value: dict[str, Any], schema: dict[str, Any], path: str, out: list[SchemaProblem]) -> None:
     props: dict[str, Any] | None = schema.get("properties")
     extra = schema.get("additionalProperties")
+    if "maxProperties" in schema and len(value) > schema["maxProperties"]:
+        _problem(out, path, value, f"must have at most {schema['maxProperties']} entries, has {len(value)}")
     for name in schema.get("required", []):
         if name not in value:
             _problem(out, _join(path, name), None, "required field is missing")
@@ -134,7 +139,7 @@ def _object(value: dict[str, Any], schema: dict[str, Any], path: str, out: list[
             _node(sub, props[key], where, out)
         elif isinstance(extra, dict):
             _node(sub, extra, where, out)
-        elif props is not None or schema.get("x-kubernetes-preserve-unknown-fields") is not True:
+        elif schema.get("x-kubernetes-preserve-unknown-fields") is not True:  # kept whole, as the API server does
             _problem(out, where, sub, "unknown field: the API server refuses it", _suggest(str(key), props or {}, path))
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from glm_operator.api.network import NetworkSpec
+from glm_operator.api.pod import PodSettings
 
 GROUP = "glmops.dev"
 VERSION = "v1alpha1"
@@ -432,6 +433,14 @@ class GLMDeploymentSpec(_Model):
     network: NetworkSpec = Field(
         default_factory=NetworkSpec,
         description="RDMA devices, secondary networks and NCCL/Gloo interfaces for multi-node replicas.",
+        json_schema_extra={"default": {}},
+    )
+    pod: PodSettings = Field(
+        default_factory=PodSettings,
+        description=(
+            "Settings of every pod glmops renders: requests, node selection, tolerations, pull secrets, "
+            "ServiceAccount, priority, labels, annotations, volumes and /dev/shm size."
+        ),
         json_schema_extra={"default": {}},
     )
 

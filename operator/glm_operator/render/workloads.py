@@ -25,6 +25,7 @@ from glm_operator.api.constants import (
 from glm_operator.render import network
 from glm_operator.render.plan import HTTP_PORT, LEADER_ADDRESS, NODE_RANK, Plan
 from glm_operator.render.security import vllm_security_context
+from glm_operator.render.pod_settings import merge_pod_settings
 
 CANARY_CONDITION = "glmops.dev/canary"
 STARTUP_PROBE_SECONDS = 3600  # a 750 GB checkpoint can take most of an hour to download and load
@@ -161,13 +162,14 @@ def pod_template(
     }
     if gated:
         spec["readinessGates"] = [{"conditionType": CANARY_CONDITION}]
-    return {
+    template = {
         "metadata": {
             "labels": {**labels(plan, role), **({LABEL_SERVING: "true"} if serving else {})},
             "annotations": {"glmops.dev/command-hash": plan.command_hash, **network.pod_annotations(glmd.spec.network)},
         },
         "spec": spec,
     }
+    return merge_pod_settings(template, glmd.spec.pod)
 
 
 def _substitute(args: list[str], leader: str, rank: str) -> list[str]:

@@ -6,6 +6,7 @@ from glm_operator.catalog import vllm_facts
 from glm_operator.rules.feasibility import FEASIBILITY_CHECKS, GATE_FLAGS, MANAGED_FLAGS
 from glm_operator.rules.known_issues import KNOWN_ISSUES
 from glm_operator.rules.network import NETWORK_CHECKS
+from glm_operator.rules.pod_settings import POD_SETTINGS_CHECKS
 
 FACTS_BY_ID = {f.id: f for f in vllm_facts.FACTS}
 
@@ -47,6 +48,9 @@ def render_rules_md() -> str:
         doc = (check.__doc__ or "").strip().splitlines()[0]
         out.append(f"- `{check.__name__}`: {doc}")
     out += ["", *_flags_md()]
+    out += ["", "## Pod settings checks (rule `pod/...`)", "", "What is refused and why: docs/pod-settings.md.", ""]
+    for check in POD_SETTINGS_CHECKS:
+        out.append(f"- `{check.__name__}`: {(check.__doc__ or '').strip().splitlines()[0]}")
     return "\n".join(out) + "\n"
 
 
