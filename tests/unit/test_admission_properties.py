@@ -47,6 +47,8 @@ HINTS: dict[str, list[Any]] = {
     ],
     "spec.engine.env[].value": ["1", "0", "true", "True ", "false", "38,40", "18,20,20,20", "1,2", ""],
     "spec.modelCache.sizeLimit": ["1Ti", "800Gi", "0", "1.5T"],
+    "spec.modelCache.shared.size": ["2Ti", "800Gi", "0", "1.5T"],
+    "spec.modelCache.nodeCache.path": ["/var/lib/glmops/models", "/mnt/nvme/models"],
     # Shapes a person would deploy, so that many valid objects are admitted (hostile ones reach the bounds).
     "spec.parallelism.tensor": [8, 8, 4, 16],
     "spec.parallelism.pipeline": [1, 1, 2, 4],
@@ -126,7 +128,8 @@ def corrupt(rng: random.Random, obj: dict[str, Any]) -> list[str]:
         if rng.random() < 0.05:
             node[f"unknown{leaf.capitalize()}"] = 1
         else:
-            node[leaf] = rng.choice(hostile_values(schema))
+            # A copy: WRONG_TYPES' dicts and lists are shared, and setting one at two nested paths made a cycle.
+            node[leaf] = copy.deepcopy(rng.choice(hostile_values(schema)))
         paths.append(path)
     return paths
 
