@@ -17,6 +17,7 @@ from typing import Any
 from glm_operator.k8s.catalog import CatalogSource
 from glm_operator.planner.coalesce import Coalescer
 from glm_operator.render.imagebuild import BuildSettings
+from glm_operator.render.storage import DownloadSettings
 
 REGISTRATION = BuildSettings.from_env(os.environ)
 
@@ -26,6 +27,7 @@ class Runtime:
     catalogs: CatalogSource
     image_build: BuildSettings
     refreshes: Coalescer = field(default_factory=Coalescer)  # owned-object events, one refresh per burst
+    downloads: DownloadSettings = field(default_factory=DownloadSettings)  # model download Jobs (spec.modelCache)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Runtime:
@@ -36,7 +38,7 @@ class Runtime:
             # With image builds on, glmops' patched images are the ones it builds into its registry.
             patched_registry=image_build.registry if image_build.enabled else None,
         )
-        return cls(catalogs=catalogs, image_build=image_build)
+        return cls(catalogs=catalogs, image_build=image_build, downloads=DownloadSettings.from_env(env))
 
 
 def runtime(memo: Any) -> Runtime:

@@ -51,6 +51,8 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     # The digest of `image` once the operator built (or found) it: pods then run image@digest.
     image_digest: str | None = None
+    # The checkpoint's size on disk from the model catalog (None for a model it does not know): sizes the cache.
+    weight_gb: float | None = None
 
     @property
     def pinned_image(self) -> str:
@@ -175,6 +177,7 @@ def build_plan(glmd: GLMDeployment, catalogs: Catalogs) -> Plan:
         platform=acc.platform,
         patches=ctx.image.patches,
         model_repo=model_repo,
+        weight_gb=ctx.model.model.weight_gb if ctx.model else None,
         served_name=spec.model.name,
         gpus_per_replica=gpus,
         gpus_per_pod=gpus_per_pod,

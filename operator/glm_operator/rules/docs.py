@@ -5,6 +5,7 @@ from __future__ import annotations
 from glm_operator.catalog import vllm_facts
 from glm_operator.rules.feasibility import FEASIBILITY_CHECKS, GATE_FLAGS, MANAGED_FLAGS
 from glm_operator.rules.known_issues import KNOWN_ISSUES
+from glm_operator.rules.storage import STORAGE_CHECKS
 
 FACTS_BY_ID = {f.id: f for f in vllm_facts.FACTS}
 
@@ -39,6 +40,10 @@ def render_rules_md() -> str:
     out += _facts_md()
     out += ["## Feasibility checks (rule `feasibility/...`)", ""]
     for check in FEASIBILITY_CHECKS:
+        doc = (check.__doc__ or "").strip().splitlines()[0]
+        out.append(f"- `{check.__name__}`: {doc}")
+    out += ["", "## Model storage checks (rule `storage/...`, docs/storage.md)", ""]
+    for check in STORAGE_CHECKS:
         doc = (check.__doc__ or "").strip().splitlines()[0]
         out.append(f"- `{check.__name__}`: {doc}")
     out += ["", *_flags_md()]

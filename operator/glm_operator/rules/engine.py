@@ -21,6 +21,7 @@ from glm_operator.rules.context import Catalogs, resolve
 from glm_operator.rules.feasibility import FEASIBILITY_CHECKS
 from glm_operator.rules.findings import Change, Finding
 from glm_operator.rules.known_issues import KNOWN_ISSUES
+from glm_operator.rules.storage import STORAGE_CHECKS
 
 REMEDIATIONS_ANNOTATION = "glmops.dev/remediations"
 MAX_REPAIR_ROUNDS = 4
@@ -61,7 +62,7 @@ def evaluate(obj: dict[str, Any], catalogs: Catalogs) -> list[Finding]:
         return schema_findings(err)
     ctx = resolve(parsed.spec, catalogs, owned_env(obj))
     findings: list[Finding] = []
-    for check in FEASIBILITY_CHECKS:
+    for check in (*FEASIBILITY_CHECKS, *STORAGE_CHECKS):
         findings.extend(check(ctx))
     for rule in KNOWN_ISSUES:
         findings.extend(rule.findings(ctx))
