@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
+import io
 from typing import Any
 
 import pytest
+import yaml
 
 from glm_operator.api import GLMDeployment
 from glm_operator.catalog.bundle import Catalogs
+from glm_operator.cli.render import render
 from glm_operator.planner.deployment import Observed, Outcome, plan
 from glm_operator.render.plan import build_plan
 from glm_operator.render.storage import DownloadSettings, download_state
@@ -16,6 +19,7 @@ from glm_operator.render.workloads import render_objects
 from glm_operator.rules.engine import admit, evaluate
 from glm_operator.rules.storage import quantity_bytes
 from tests.support.builders import GLMDeploymentBuilder as B
+from tests.support.cluster import REPO
 
 CATALOGS = Catalogs.packaged()
 OWNER = {"apiVersion": "glmops.dev/v1alpha1", "kind": "GLMDeployment", "name": "glm", "uid": "uid-1"}
@@ -348,3 +352,10 @@ def test_two_modes_are_refused_at_admission_with_the_field_and_the_fix() -> None
     result = admit(shared(single_node()).set("spec.modelCache.nodeCache", {}).build(), CATALOGS)
     assert not result.allowed
     assert "spec.modelCache: shared, nodeCache" in result.rejection()
+
+
+def test_glmctl_render_shows_the_claim_and_download_job_before_the_workload() -> None:
+    out = io.StringIO()
+    assert render([str(REPO / "samples/pvc-cached.yaml")], lws=False, stdout=out) == 0
+    kinds = [d["kind"] for d in yaml.safe_load_all(out.getvalue())]
+    assert kinds[:3] == ["PersistentVolumeClaim", "Job", "ConfigMap"] and "Deployment" in kinds
