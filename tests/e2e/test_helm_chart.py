@@ -205,6 +205,8 @@ def test_webhook_can_be_switched_off(cluster: Cluster) -> None:
         ("create", "poddisruptionbudgets.policy"),
         ("patch", "pods --subresource=status"),
         ("create", "services"),
+        ("create", "jobs.batch"),
+        ("delete", "persistentvolumeclaims"),
     ],
 )
 def test_the_operator_may_manage_what_a_glmdeployment_owns(

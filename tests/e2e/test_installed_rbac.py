@@ -195,6 +195,53 @@ def test_a_deployment_reconciles_passes_its_canaries_and_becomes_ready(
     kubectl.run("delete", "glmd", "served", "-n", ns, "--wait=true", "--timeout=60s")
 
 
+@pytest.mark.parametrize("release", SERVING_MODES, indirect=True)
+def test_a_shared_model_cache_is_made_filled_mounted_and_cleaned_up(release: Release, kubectl: Kubectl) -> None:
+    """The download path (claim, Job, then the workload) under the chart's RBAC; no provisioner here, so the test
+    makes the PersistentVolume the claim binds to, and kwok completes the download pod."""
+    ns = release.work
+    volume = f"pv-{ns}"
+    kubectl.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": volume, "labels": {"glmops.dev/test": "true"}},
+            "spec": {
+                "capacity": {"storage": "2Ti"},
+                "accessModes": ["ReadWriteMany"],
+                "hostPath": {"path": f"/tmp/glmops-test-models/{ns}"},
+                "claimRef": {"namespace": ns, "name": "cached-model-cache"},
+            },
+        }
+    )
+    try:
+        obj = B("cached").accelerator("H200").tensor(8).vllm("0.32.0").set("spec.modelCache.shared", {"retain": False})
+        kubectl.apply(obj.build(), "-n", ns)
+
+        def workload() -> dict[str, Any]:
+            items = kubectl.get("deploy", namespace=ns)["items"]
+            (deploy,) = [d for d in items if d["metadata"]["name"] == "cached"]
+            return deploy
+
+        deploy = eventually(
+            workload, timeout=120, what=f"the download, then the workload: {release.operator.refusals()}"
+        )
+        volumes = deploy["spec"]["template"]["spec"]["volumes"]
+        assert {
+            "name": "model-cache",
+            "persistentVolumeClaim": {"claimName": "cached-model-cache", "readOnly": True},
+        } in volumes
+        kubectl.run("delete", "glmd", "cached", "-n", ns, "--wait=true", "--timeout=60s")
+
+        def collected() -> bool:
+            left = kubectl.run("get", "jobs,pvc", "-n", ns, "-l", "glmops.dev/deployment=cached", "-o", "name").stdout
+            return not left.strip()
+
+        eventually(collected, timeout=60, what="the Job and the unretained claim to go with the deployment")
+    finally:
+        kubectl.run("delete", "pv", volume, "--ignore-not-found", "--wait=false", check=False)
+
+
 def test_replicas_register_in_the_chart_peering_object(release: Release, kubectl: Kubectl) -> None:
     if release.watched:
         peering = kubectl.get("kopfpeering", "glmops", release.work)
@@ -291,6 +338,8 @@ def test_webhook_configurations_are_patched_only_by_name(release: Release, clust
         ("patch", "statefulsets.apps"),
         ("delete", "services"),
         ("create", "configmaps"),
+        ("create", "jobs.batch"),
+        ("delete", "persistentvolumeclaims"),
         ("patch", "pods/status"),
         ("list", "glmdeployments.glmops.dev"),
         ("create", "events"),

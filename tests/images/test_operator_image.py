@@ -184,6 +184,8 @@ def test_user_65532_has_a_name_as_kopf_s_peering_identity_needs_without_the_runt
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "glmops"
+
+
 def test_under_the_charts_security_settings_only_tmp_is_writable_and_no_capability_is_held(
     image: BuiltImage, chart_locked_down: list[str]
 ) -> None:

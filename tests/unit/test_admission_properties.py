@@ -60,6 +60,8 @@ HINTS: dict[str, list[Any]] = {
         {"resourceName": "nvidia.com/hca", "count": 2},
         {},
     ],
+    "spec.modelCache.shared.size": ["2Ti", "800Gi", "0", "1.5T"],
+    "spec.modelCache.nodeCache.path": ["/var/lib/glmops/models", "/mnt/nvme/models"],
     # Shapes a person would deploy, so that many valid objects are admitted (hostile ones reach the bounds).
     "spec.parallelism.tensor": [8, 8, 4, 16],
     "spec.parallelism.pipeline": [1, 1, 2, 4],

@@ -32,6 +32,14 @@ lists them with the residual risk.
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, list, watch, create, patch, delete]
+# spec.modelCache.shared: the claim and the download Job, owned as above (k8s/objects.py apply/owned/delete;
+# planner/storage.py). Created once, never read by name (no get); a retained claim is never deleted by glmops.
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [list, watch, create, patch, delete]
 # The canary gate follows serving pods: a label-selected kopf watch, one task per pod (handlers/canary.py).
 - apiGroups: [""]
   resources: [pods]

@@ -70,6 +70,8 @@ class Reason(StrEnum):
     AS_PLANNED = "AsPlanned"
     CATALOG_OK = "CatalogOK"
     CATALOG_INVALID = "CatalogInvalid"
+    MODEL_DOWNLOADING = "ModelDownloading"
+    MODEL_DOWNLOAD_FAILED = "ModelDownloadFailed"
 
 
 # --- Rendering decisions the rules read ----------------------------------------------------------------------------

@@ -12,8 +12,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from glm_operator.api.naming import wire_name
 from glm_operator.api.network import NetworkSpec
 from glm_operator.api.pod import PodSettings
+from glm_operator.api.storage import ModelCacheSpec
 
 GROUP = "glmops.dev"
 VERSION = "v1alpha1"
@@ -27,16 +29,6 @@ SHORT_NAMES = ("glmd",)
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 _HF_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 _BACKEND = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
-
-
-def wire_name(name: str) -> str:
-    """The camelCase name a field has on the wire: `max_questions` -> `maxQuestions`, `gsm8k` -> `gsm8k`.
-
-    Words are split only at underscores. pydantic's `to_camel` also upper-cases a letter that follows a
-    digit (`gsm8k` -> `gsm8K`), a spelling no person types and the docs never used.
-    """
-    head, *rest = name.split("_")
-    return head + "".join(word[:1].upper() + word[1:] for word in rest)
 
 
 class _Model(BaseModel):
@@ -271,21 +263,6 @@ class EngineSpec(_Model):
     def env_value(self, name: str) -> str | None:
         """The value the user set for an environment variable, or None when unset."""
         return next((e.value for e in self.env if e.name == name), None)
-
-
-class ModelCacheSpec(_Model):
-    """Where downloaded weights are kept (mounted at /root/.cache/huggingface)."""
-
-    persistent_volume_claim: str | None = Field(
-        default=None,
-        max_length=253,
-        description="A PersistentVolumeClaim to keep weights across restarts. Unset means an emptyDir per pod.",
-    )
-    size_limit: str = Field(
-        default="1Ti",
-        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$",
-        description="Size limit of the emptyDir used when no claim is given.",
-    )
 
 
 class ValidationSpec(_Model):

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 import yaml
 
 from glm_operator.api import GLMDeployment
 from glm_operator.cli.validate import EXIT_BAD_INPUT, EXIT_REFUSED, read_inputs
+from glm_operator.planner.storage import storage_plan
 from glm_operator.render.plan import build_plan
+from glm_operator.render.storage import DownloadSettings
 from glm_operator.render.workloads import render_objects
 from glm_operator.rules.engine import admit
 
@@ -27,7 +29,7 @@ def render(
     if inputs is None:
         return EXIT_BAD_INPUT
     catalogs, docs = inputs
-    rendered = []
+    rendered: list[dict[str, Any]] = []
     for where, doc in docs:
         if isinstance(doc.get("metadata"), dict):
             doc["metadata"].setdefault("namespace", "default")
@@ -43,6 +45,8 @@ def render(
             "name": plan.name,
             "uid": doc["metadata"].get("uid", "<uid of the GLMDeployment>"),
         }
+        # The shared cache's claim and download Job come first: the operator applies the workload once it succeeded.
+        rendered.extend(storage_plan(plan, glmd, owner, (), DownloadSettings()).objects)
         rendered.extend(render_objects(plan, glmd, owner, lws_available=lws))
     stdout.write(yaml.dump_all(rendered, Dumper=PlainDumper, sort_keys=False))
     return 0

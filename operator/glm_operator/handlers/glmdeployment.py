@@ -39,7 +39,7 @@ def _reconcile_body(body: dict[str, Any], context: Runtime, logger: Any) -> Outc
         glmimage=ensure_glmimage(request) if request is not None else None,
         catalog_error=context.catalogs.last_error,
     )
-    outcome = plan(body, observed, catalogs)
+    outcome = plan(body, observed, catalogs, context.downloads)
     try:
         for obj in outcome.apply:
             objects.apply(obj)
@@ -75,9 +75,14 @@ def refresh(namespace: str, name: str, context: Runtime, logger: Any) -> dict[st
     if body is None or body["metadata"].get("deletionTimestamp"):
         return None  # the owner is going away; garbage collection removes the rest
     before = body.get("status") or {}
-    status = reconcile_body(body, context, logger).status_patch()
+    outcome = reconcile_body(body, context, logger)
+    status = outcome.status_patch()
     if any(before.get(k) != v for k, v in status.items()):
         objects.patch_glmdeployment_status(namespace, name, status)
+        # A transition seen here (a download Job failing) is told where kubectl describe shows it.
+        for event in outcome.events:
+            if event.type == "Warning":
+                kopf.warn(kopf.Body(cast(kopf.RawBody, body)), reason=event.reason, message=event.message)
     return body
 
 

@@ -18,6 +18,7 @@ from glm_operator.catalog.image_policy import ImagePolicy
 from glm_operator.k8s.catalog import CatalogSource
 from glm_operator.planner.coalesce import Coalescer
 from glm_operator.render.imagebuild import BuildSettings
+from glm_operator.render.storage import DownloadSettings
 
 REGISTRATION = BuildSettings.from_env(os.environ)
 
@@ -27,6 +28,7 @@ class Runtime:
     catalogs: CatalogSource
     image_build: BuildSettings
     refreshes: Coalescer = field(default_factory=Coalescer)  # owned-object events, one refresh per burst
+    downloads: DownloadSettings = field(default_factory=DownloadSettings)  # model download Jobs (spec.modelCache)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Runtime:
@@ -41,7 +43,7 @@ class Runtime:
             # GLMOPS_IMAGE_POLICY (the chart's imagePolicy), read once: a malformed one stops the start-up.
             image_policy=ImagePolicy.from_env(env),
         )
-        return cls(catalogs=catalogs, image_build=image_build)
+        return cls(catalogs=catalogs, image_build=image_build, downloads=DownloadSettings.from_env(env))
 
 
 def runtime(memo: Any) -> Runtime:

@@ -24,6 +24,8 @@ OWNED_RESOURCES = (
     ("v1", "services"),
     ("policy", "v1", "poddisruptionbudgets"),
     ("v1", "configmaps"),
+    ("batch", "v1", "jobs"),
+    ("v1", "persistentvolumeclaims"),
 )
 
 

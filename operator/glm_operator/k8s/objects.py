@@ -33,6 +33,8 @@ OWNED_KINDS: tuple[tuple[str, str], ...] = (
     ("v1", "Service"),
     ("policy/v1", "PodDisruptionBudget"),
     ("v1", "ConfigMap"),
+    ("batch/v1", "Job"),
+    ("v1", "PersistentVolumeClaim"),
 )
 DISCOVERY_TTL = float(os.environ.get("GLMOPS_DISCOVERY_TTL_SECONDS", "30"))
 

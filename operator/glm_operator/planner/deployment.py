@@ -18,10 +18,12 @@ from glm_operator.api.constants import ConditionType, Reason
 from glm_operator.api.v1alpha1 import GLMDeploymentStatus
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.planner.drift import needs_apply
+from glm_operator.planner.storage import CREATE_ONLY_KINDS, StoragePlan, is_kept, storage_plan
 from glm_operator.render.imagebuild import BuildSettings, glmimage_manifest, needs_build
 from glm_operator.render.imagestate import image_gate
 from glm_operator.render.plan import Plan, build_plan
 from glm_operator.render.status import readiness
+from glm_operator.render.storage import DownloadSettings
 from glm_operator.render.workloads import render_objects, serving_selector
 from glm_operator.rules.engine import Verdict, validated_condition
 
@@ -101,7 +103,9 @@ def image_request(body: dict[str, Any], catalogs: Catalogs, settings: BuildSetti
     return glmimage_manifest(plan.platform, plan.vllm_version, plan.image, plan.patches, settings.builder)
 
 
-def plan(body: dict[str, Any], observed: Observed, catalogs: Catalogs) -> Outcome:
+def plan(
+    body: dict[str, Any], observed: Observed, catalogs: Catalogs, downloads: DownloadSettings | None = None
+) -> Outcome:
     """The whole decision of one reconcile."""
     previous = (body.get("status") or {}).get("conditions") or []
     verdict = validated_condition(body, catalogs)
@@ -121,7 +125,13 @@ def plan(body: dict[str, Any], observed: Observed, catalogs: Catalogs) -> Outcom
             outcome = _waiting_for_image(desired, serving, gate.message, failed=gate.failed)
             return replace(outcome, events=(*catalog_events, *outcome.events))
         serving = replace(serving, image_digest=gate.image_ref.rsplit("@", 1)[1])
-    outcome = _applied(desired, glmd, serving, observed)
+    meta = body["metadata"]
+    owner = {"apiVersion": glmd.api_version, "kind": glmd.kind, "name": meta["name"], "uid": meta["uid"]}
+    storage = storage_plan(serving, glmd, owner, observed.owned, downloads or DownloadSettings())
+    if storage.waiting:
+        outcome = _downloading(desired, serving, storage, observed)
+    else:
+        outcome = _applied(desired, glmd, serving, observed, owner, storage)
     return replace(outcome, events=(*catalog_events, *outcome.events))
 
 
@@ -160,19 +170,77 @@ def _waiting_for_image(desired: _Desired, serving: Plan, message: str, *, failed
     return Outcome(status=status, events=events)
 
 
-def _applied(desired: _Desired, glmd: GLMDeployment, serving: Plan, observed: Observed) -> Outcome:
-    meta = desired.body["metadata"]
-    owner = {"apiVersion": glmd.api_version, "kind": glmd.kind, "name": meta["name"], "uid": meta["uid"]}
-    rendered = render_objects(serving, glmd, owner, observed.lws_available)
-    keep = {(o["kind"], o["metadata"]["name"]) for o in rendered}
-    stale = tuple(
+def _stale(owned: tuple[dict[str, Any], ...], keep: set[tuple[str, str]]) -> tuple[tuple[str, str, str], ...]:
+    """Owned objects no longer rendered, but never a retained claim (its weights outlive the spec that made it)."""
+    return tuple(
         (o["apiVersion"], o["kind"], o["metadata"]["name"])
-        for o in observed.owned
-        if (o["kind"], o["metadata"]["name"]) not in keep
+        for o in owned
+        if (o["kind"], o["metadata"]["name"]) not in keep and not is_kept(o)
     )
+
+
+def _to_apply(rendered: list[dict[str, Any]], owned: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+    live = {(o["kind"], o["metadata"]["name"]): o for o in owned}
+    out = []
+    for obj in rendered:
+        current = live.get((obj["kind"], obj["metadata"]["name"]))
+        if obj["kind"] in CREATE_ONLY_KINDS:
+            if current is None:  # created once: a Job's template and a bound claim's spec are immutable
+                out.append(obj)
+        elif needs_apply(obj, current):
+            out.append(obj)
+    return tuple(out)
+
+
+def _downloading(desired: _Desired, serving: Plan, storage: StoragePlan, observed: Observed) -> Outcome:
+    """The shared claim is being filled: apply the claim and Job only; workloads already running stay as they are."""
+    assert storage.download is not None
+    message = storage.download.message
+    keep = {(o["kind"], o["metadata"]["name"]) for o in storage.objects}
+    old_jobs = tuple(o for o in observed.owned if o["kind"] == "Job")  # downloads of an earlier model or revision
+    reason = Reason.MODEL_DOWNLOAD_FAILED if storage.failed else Reason.MODEL_DOWNLOADING
+    desired.conditions.set(ConditionType.PROGRESSING, "False" if storage.failed else "True", reason, message)
+    desired.conditions.set(
+        ConditionType.DEGRADED,
+        "True" if storage.failed else "False",
+        reason if storage.failed else Reason.AS_PLANNED,
+        message if storage.failed else "no known degradation",
+    )
+    current = [o for o in observed.owned if o["kind"] in WORKLOAD_KINDS]
+    state = readiness(current)
+    if current:
+        desired.conditions.set(ConditionType.READY, *state.condition(serving.replicas))
+    else:
+        desired.conditions.set(
+            ConditionType.READY, "False", reason, f"no workload until the model is on the claim: {message}"
+        )
+    status = _status(desired, plan=serving.summary(), replicas=serving.replicas, ready_replicas=state.ready)
+    event = Event("Warning", reason, message) if storage.failed else Event("Normal", reason, message)
+    return Outcome(
+        status=status,
+        apply=_to_apply(list(storage.objects), observed.owned),
+        delete=_stale(old_jobs, keep),
+        events=(event,),
+    )
+
+
+def _applied(
+    desired: _Desired,
+    glmd: GLMDeployment,
+    serving: Plan,
+    observed: Observed,
+    owner: dict[str, Any],
+    storage: StoragePlan,
+) -> Outcome:
+    rendered = [*storage.objects, *render_objects(serving, glmd, owner, observed.lws_available)]
+    keep = {(o["kind"], o["metadata"]["name"]) for o in rendered}
+    stale = _stale(observed.owned, keep)
     workloads = [o for o in rendered if o["kind"] in WORKLOAD_KINDS]
     kind = workloads[0]["kind"] if workloads else "none"
-    applied = f"{kind} for {serving.replicas} replica(s) of {serving.nodes_per_replica} node(s); image {serving.image}"
+    applied = (
+        f"{kind} for {serving.replicas} replica(s) of {serving.nodes_per_replica} node(s); image {serving.image}; "
+        f"{storage.summary}"
+    )
     desired.conditions.set(ConditionType.PROGRESSING, "True", Reason.APPLIED, applied)
     notes = "; ".join(serving.notes)
     desired.conditions.set(
@@ -190,6 +258,4 @@ def _applied(desired: _Desired, glmd: GLMDeployment, serving: Plan, observed: Ob
     if stale:
         removed = ", ".join(f"{k}/{n}" for _a, k, n in stale)
         events.append(Event("Normal", "Pruned", f"removed objects the plan no longer renders: {removed}"))
-    live = {(o["kind"], o["metadata"]["name"]): o for o in observed.owned}
-    changed = tuple(o for o in rendered if needs_apply(o, live.get((o["kind"], o["metadata"]["name"]))))
-    return Outcome(status=status, apply=changed, delete=stale, events=tuple(events))
+    return Outcome(status=status, apply=_to_apply(rendered, observed.owned), delete=stale, events=tuple(events))

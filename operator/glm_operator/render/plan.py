@@ -54,6 +54,8 @@ class Plan:
     image_digest: str | None = None
     # The RDMA device resource every pod requests (spec.network.rdma, else the cluster's default); None: none.
     rdma_resource: str | None = None
+    # The checkpoint's size on disk from the model catalog (None for a model it does not know): sizes the cache.
+    weight_gb: float | None = None
 
     @property
     def pinned_image(self) -> str:
@@ -181,6 +183,7 @@ def build_plan(glmd: GLMDeployment, catalogs: Catalogs) -> Plan:
         platform=acc.platform,
         patches=ctx.image.patches,
         model_repo=model_repo,
+        weight_gb=ctx.model.model.weight_gb if ctx.model else None,
         served_name=spec.model.name,
         gpus_per_replica=gpus,
         gpus_per_pod=gpus_per_pod,

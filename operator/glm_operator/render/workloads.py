@@ -24,13 +24,13 @@ from glm_operator.api.constants import (
 )
 from glm_operator.render import network
 from glm_operator.render.plan import HTTP_PORT, LEADER_ADDRESS, NODE_RANK, Plan
-from glm_operator.render.security import vllm_security_context
 from glm_operator.render.pod_settings import merge_pod_settings
+from glm_operator.render.security import vllm_security_context
+from glm_operator.render.storage import attach_model_cache
 
 CANARY_CONDITION = "glmops.dev/canary"
 STARTUP_PROBE_SECONDS = 3600  # a 750 GB checkpoint can take most of an hour to download and load
 SHM_LIMIT = "64Gi"
-HF_CACHE = "/root/.cache/huggingface"
 Owner = dict[str, Any]
 
 
@@ -90,17 +90,8 @@ def _probes(serving: bool) -> dict[str, Any]:
     }
 
 
-def _volumes(glmd: GLMDeployment) -> list[dict[str, Any]]:
-    cache = glmd.spec.model_cache
-    store: dict[str, Any] = (
-        {"persistentVolumeClaim": {"claimName": cache.persistent_volume_claim}}
-        if cache.persistent_volume_claim
-        else {"emptyDir": {"sizeLimit": cache.size_limit}}
-    )
-    return [
-        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_LIMIT}},
-        {"name": "model-cache", **store},
-    ]
+def _volumes() -> list[dict[str, Any]]:
+    return [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_LIMIT}}]
 
 
 def _env(plan: Plan, glmd: GLMDeployment, extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -128,7 +119,7 @@ def _container(
         "image": plan.pinned_image,
         "env": _env(plan, glmd, extra_env),
         "resources": {"limits": dict(gpus), "requests": dict(gpus)},
-        "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "model-cache", "mountPath": HF_CACHE}],
+        "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
         "securityContext": vllm_security_context(network.added_capabilities(glmd.spec.network)),
         **_probes(serving),
     }
@@ -158,8 +149,9 @@ def pod_template(
         "tolerations": [{"key": plan.resource_name, "operator": "Exists", "effect": "NoSchedule"}],
         "terminationGracePeriodSeconds": 60,
         "containers": [_container(plan, glmd, args, serving, extra_env or [], shell)],
-        "volumes": _volumes(glmd),
+        "volumes": _volumes(),
     }
+    attach_model_cache(spec, plan, glmd)
     if gated:
         spec["readinessGates"] = [{"conditionType": CANARY_CONDITION}]
     template = {

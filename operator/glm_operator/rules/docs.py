@@ -7,6 +7,7 @@ from glm_operator.rules.feasibility import FEASIBILITY_CHECKS, GATE_FLAGS, MANAG
 from glm_operator.rules.known_issues import KNOWN_ISSUES
 from glm_operator.rules.network import NETWORK_CHECKS
 from glm_operator.rules.pod_settings import POD_SETTINGS_CHECKS
+from glm_operator.rules.storage import STORAGE_CHECKS
 
 FACTS_BY_ID = {f.id: f for f in vllm_facts.FACTS}
 
@@ -45,6 +46,10 @@ def render_rules_md() -> str:
         out.append(f"- `{check.__name__}`: {doc}")
     out += ["", "## Network checks (rule `network/...`)", ""]
     for check in NETWORK_CHECKS:
+        doc = (check.__doc__ or "").strip().splitlines()[0]
+        out.append(f"- `{check.__name__}`: {doc}")
+    out += ["", "## Model storage checks (rule `storage/...`, docs/storage.md)", ""]
+    for check in STORAGE_CHECKS:
         doc = (check.__doc__ or "").strip().splitlines()[0]
         out.append(f"- `{check.__name__}`: {doc}")
     out += ["", *_flags_md()]
