@@ -46,7 +46,17 @@ HINTS: dict[str, list[Any]] = {
         "HF_HUB_OFFLINE",
     ],
     "spec.engine.env[].value": ["1", "0", "true", "True ", "false", "38,40", "18,20,20,20", "1,2", ""],
-    "spec.modelCache.sizeLimit": ["1Ti", "800Gi", "0", "1.5T"],
+    # One cache mode each, as people write them (and, rarely, two at once, which is refused).
+    "spec.modelCache": [
+        {},
+        {"sizeLimit": "1Ti"},
+        {"sizeLimit": "800Gi"},
+        {"persistentVolumeClaim": "glm-weights"},
+        {"shared": {"size": "2Ti"}},
+        {"shared": {"accessModes": ["ReadWriteMany"], "retain": False, "storageClassName": "nfs"}},
+        {"nodeCache": {"path": "/mnt/nvme/models"}},
+        {"shared": {}, "nodeCache": {}},
+    ],
     # Prompt-lookup bounds are refused for methods other than ngram: most valid objects pair them right.
     "spec.engine.speculative": [
         {"method": "mtp", "numSpeculativeTokens": 3},
@@ -60,12 +70,24 @@ HINTS: dict[str, list[Any]] = {
         {"resourceName": "nvidia.com/hca", "count": 2},
         {},
     ],
-    "spec.modelCache.shared.size": ["2Ti", "800Gi", "0", "1.5T"],
-    "spec.modelCache.nodeCache.path": ["/var/lib/glmops/models", "/mnt/nvme/models"],
+    # Pod settings as platform teams write them: mounts name their volumes, names are distinct.
+    "spec.pod.volumes": [[], [{"name": "scratch", "emptyDir": {}}], [{"name": "extra", "configMap": {"name": "x"}}]],
+    "spec.pod.volumeMounts": [[], [{"name": "scratch", "mountPath": "/scratch"}]],
+    "spec.pod.imagePullSecrets": [[], [{"name": "registry-creds"}]],
+    "spec.pod.shmSize": ["16Gi", "64Gi", "1Ti"],
+    "spec.network.socketInterface": ["net1", "eth0", "ib0"],
     # Shapes a person would deploy, so that many valid objects are admitted (hostile ones reach the bounds).
-    "spec.parallelism.tensor": [8, 8, 4, 16],
-    "spec.parallelism.pipeline": [1, 1, 2, 4],
-    "spec.parallelism.data": [1, 1, 2, 8],
+    # (Unset, TP1 leaves a GLM-5.x checkpoint on one GPU: refused for memory, as it should be, but a third of
+    # every object would be that one refusal).
+    "spec.parallelism": [
+        {"tensor": 8},
+        {"tensor": 8, "pipeline": 2},
+        {"tensor": 4, "pipeline": 2, "data": 2},
+        {"tensor": 16, "expert": True},
+        {"tensor": 8, "data": 8, "expert": True},
+        {"tensor": 4, "pipeline": 4},
+        {},
+    ],
 }
 WRONG_TYPES: list[Any] = [None, "", "x", -1, 1.5, True, [], {}, [1], {"a": 1}, "1" * 300]
 
