@@ -29,13 +29,18 @@ def _containers(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("lws", [True, False], ids=["leaderworkerset", "statefulsets"])
 @pytest.mark.parametrize("name", SAMPLES)
 def test_every_rendered_vllm_container_is_locked_down(name: str, lws: bool) -> None:
-    _, objs = rendered(sample(name), lws=lws)
+    obj = sample(name)
+    _, objs = rendered(obj, lws=lws)
     containers = _containers(objs)
+    # RDMA (spec.network.rdma) is the one setting that adds a capability: IPC_LOCK, to pin its buffers.
+    expected: dict[str, list[str]] = {"drop": ["ALL"]}
+    if (obj["spec"].get("network") or {}).get("rdma") is not None:
+        expected["add"] = ["IPC_LOCK"]
     assert containers, "the render produced no pod template"
     for container in containers:
         context = container["securityContext"]
         assert context["allowPrivilegeEscalation"] is False and context["privileged"] is False
-        assert context["capabilities"] == {"drop": ["ALL"]}
+        assert context["capabilities"] == expected
         assert context["seccompProfile"] == {"type": "RuntimeDefault"}
         # The image's user: the official vLLM images run as root with their cache under /root.
         assert "runAsUser" not in context and "runAsNonRoot" not in context
