@@ -32,7 +32,7 @@ FULL = {
     "ibHCAs": "mlx5_0,mlx5_1",
     "socketInterface": "net1",
 }
-MESSAGE = re.compile(r"^spec\.[\w.\[\]]+: .+: .+ \(rule network/[\w-]+\)\. .+\.$")
+MESSAGE = re.compile(r'^spec\.([\w.\[\]]|\["[^"]+"\])+: .+: .+ \(rule network/[\w-]+\)\. .+\.$')
 
 
 def multi_node(network: dict[str, Any], accelerator: str = "H200") -> B:
@@ -239,6 +239,13 @@ def findings(obj: dict[str, Any], catalogs: Catalogs = CATALOGS) -> list[tuple[s
             "warning",
             ["spec.engine.env[0].value: NCCL_SOCKET_IFNAME=eth0: overrides spec.network.socketInterface=net1"],
         ),
+        (
+            multi_node({"secondaryNetworks": ["ib-net"]}).set("spec.pod.annotations", {MULTUS_ANNOTATION: "other"}),
+            CATALOGS,
+            "network/secondary-networks",
+            "error",
+            [f'spec.pod.annotations["{MULTUS_ANNOTATION}"]: other: spec.network.secondaryNetworks renders', "remove"],
+        ),
     ],
 )
 def test_each_network_finding_names_the_field_and_the_fix(
@@ -261,6 +268,8 @@ def test_each_network_finding_names_the_field_and_the_fix(
         (multi_node({"rdma": {}}), WITH_DEFAULT),
         (multi_node({"socketInterface": "net1"}).env("NCCL_SOCKET_IFNAME", "net1"), CATALOGS),
         (multi_node({}), CATALOGS),
+        # Networks named by the annotation alone (no spec.network.secondaryNetworks) are the user's to choose.
+        (multi_node({}).set("spec.pod.annotations", {MULTUS_ANNOTATION: "ib-net"}), CATALOGS),
     ],
 )
 def test_a_sound_network_spec_has_no_network_finding(builder: B, catalogs: Catalogs) -> None:

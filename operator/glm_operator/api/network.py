@@ -21,6 +21,8 @@ from pydantic.alias_generators import to_camel
 EXTENDED_RESOURCE = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 # A Multus network selection in its short form: [namespace/]name[@interface].
 NETWORK_SELECTION = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9.]*[a-z0-9])?(@[A-Za-z0-9_.-]{1,15})?$"
+# The annotation Multus reads a pod's secondary networks from (spec.network.secondaryNetworks renders it).
+MULTUS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 # A Linux interface name (at most 15 characters).
 INTERFACE_NAME = r"^[A-Za-z0-9_.:-]{1,15}$"
 # NCCL_IB_HCA's own syntax: an optional ^ (exclude) and = (exact), then device[:port] entries.

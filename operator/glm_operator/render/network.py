@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from glm_operator.api.network import NetworkSpec
+from glm_operator.api.network import MULTUS_ANNOTATION, NetworkSpec
 
-MULTUS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+__all__ = ["MULTUS_ANNOTATION", "IPC_LOCK"]
 IPC_LOCK = "IPC_LOCK"
 
 

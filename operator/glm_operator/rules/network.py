@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+from glm_operator.api.network import MULTUS_ANNOTATION
 from glm_operator.rules.context import Context
 from glm_operator.rules.findings import Finding, Severity
 
@@ -122,4 +125,26 @@ def env_overrides_network(ctx: Context) -> list[Finding]:
     return out
 
 
-NETWORK_CHECKS = (rdma_resource_known, rdma_resource_valid, rdma_spans_nodes, env_overrides_network)
+def networks_named_once(ctx: Context) -> list[Finding]:
+    """spec.network.secondaryNetworks and a Multus annotation in spec.pod.annotations do not both name networks."""
+    if not ctx.spec.network.secondary_networks or MULTUS_ANNOTATION not in ctx.spec.pod.annotations:
+        return []
+    return [
+        _f(
+            "secondary-networks",
+            "error",
+            f"spec.pod.annotations[{json.dumps(MULTUS_ANNOTATION)}]",  # as rules/pod_settings.py names a key
+            ctx.spec.pod.annotations[MULTUS_ANNOTATION],
+            "spec.network.secondaryNetworks renders this annotation too, and only one of them could reach the pods",
+            "List the networks in spec.network.secondaryNetworks only and remove the annotation",
+        )
+    ]
+
+
+NETWORK_CHECKS = (
+    rdma_resource_known,
+    rdma_resource_valid,
+    rdma_spans_nodes,
+    env_overrides_network,
+    networks_named_once,
+)
