@@ -220,12 +220,13 @@ def test_a_shared_model_cache_is_made_filled_mounted_and_cleaned_up(release: Rel
 
         def workload() -> dict[str, Any]:
             items = kubectl.get("deploy", namespace=ns)["items"]
-            (deploy,) = [d for d in items if d["metadata"]["name"] == "cached"]
-            return deploy
+            return next(d for d in items if d["metadata"]["name"] == "cached")
 
-        deploy = eventually(
-            workload, timeout=120, what=f"the download, then the workload: {release.operator.refusals()}"
-        )
+        try:
+            deploy = eventually(workload, timeout=90, what="the download, then the workload")
+        except AssertionError as err:
+            state = kubectl.run("get", "pv,pvc,jobs,pods,events", "-n", ns, "-o", "wide", check=False).stdout
+            raise AssertionError(f"{err}\n{state}\nrefused: {release.operator.refusals()}") from err
         volumes = deploy["spec"]["template"]["spec"]["volumes"]
         assert {
             "name": "model-cache",

@@ -117,6 +117,7 @@ def test_node_cache_fills_once_per_node_under_a_lock_keyed_by_model_and_revision
     env = {e["name"]: e.get("value") for e in init["env"]}
     assert env["GLMOPS_MODEL"] == FP8 and env["GLMOPS_REVISION"] == "v1.0" and len(env["GLMOPS_CACHE_KEY"]) == 10
     assert init["volumeMounts"] == [{"name": "model-cache", "mountPath": "/root/.cache/huggingface"}]
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}  # it only writes files root owns
 
 
 def test_quantities_are_read_in_binary_and_decimal_units() -> None:
@@ -182,6 +183,40 @@ def test_download_job_fetches_the_served_repo_at_its_revision_with_the_namespace
     assert env["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hf", "key": "token"}}
     assert "snapshot_download" in container["command"][2] and container["command"][:2] == ["python3", "-c"]
     assert job["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "glm-model-cache"}
+
+
+def test_the_download_pod_is_locked_down_and_pulls_as_the_serving_pods_do() -> None:
+    pod = {
+        "imagePullSecrets": [{"name": "regcred"}],
+        "serviceAccountName": "glm-sa",
+        "priorityClassName": "inference",
+        "nodeSelector": {"pool": "gpu-a"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "glm", "effect": "NoSchedule"}],
+        "labels": {"team": "ml", "app.kubernetes.io/part-of": "glm"},
+        "annotations": {"sidecar.istio.io/inject": "true"},
+    }
+    _body, outcome = first_plan(shared(single_node()).set("spec.pod", pod))
+    job = next(o for o in outcome.apply if o["kind"] == "Job")
+    template = job["spec"]["template"]
+    spec = template["spec"]
+    assert spec["imagePullSecrets"] == [{"name": "regcred"}] and spec["serviceAccountName"] == "glm-sa"
+    assert spec["priorityClassName"] == "inference" and spec["nodeSelector"] == {"pool": "gpu-a"}
+    assert spec["tolerations"] == pod["tolerations"]
+    assert template["metadata"]["labels"]["team"] == "ml"
+    # A mesh sidecar would never exit, and the Job would never complete.
+    assert "sidecar.istio.io/inject" not in template["metadata"]["annotations"]
+    (container,) = spec["containers"]
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert "nvidia.com/gpu" not in container["resources"]["requests"] and "affinity" not in spec
+
+
+def test_without_pod_settings_the_download_pod_has_only_its_own() -> None:
+    _body, outcome = first_plan(shared(single_node()))
+    spec = next(o for o in outcome.apply if o["kind"] == "Job")["spec"]["template"]["spec"]
+    assert not {"imagePullSecrets", "serviceAccountName", "priorityClassName", "nodeSelector", "tolerations"} & set(
+        spec
+    )
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from glm_operator.api import GLMDeployment
 from glm_operator.api.constants import LABEL_ROLE
 from glm_operator.api.storage import FALLBACK_SIZE, HEADROOM, CacheMode, size_for
 from glm_operator.render.plan import Plan
+from glm_operator.render.security import vllm_security_context
 
 HF_CACHE = "/root/.cache/huggingface"
 VOLUME = "model-cache"
@@ -129,6 +130,7 @@ def _node_cache_init(plan: Plan, glmd: GLMDeployment) -> dict[str, Any]:
         "command": ["python3", "-c", NODE_CACHE_SCRIPT],
         "env": [*_download_env(plan, glmd), {"name": "GLMOPS_CACHE_KEY", "value": key}],
         "volumeMounts": [{"name": VOLUME, "mountPath": HF_CACHE}],
+        "securityContext": vllm_security_context(),
     }
 
 
@@ -190,6 +192,25 @@ class DownloadSettings:
         return {**self.pod_annotations.get("*", {}), **self.pod_annotations.get(deployment, {})}
 
 
+def _download_pod_settings(glmd: GLMDeployment) -> dict[str, Any]:
+    """What the download pod takes from spec.pod: it pulls the same image (pull secrets, ServiceAccount) onto the
+    same node pool (tolerations, nodeSelector, priority). Not the GPU affinity, requests or volumes of the serving
+    pods, and not their annotations: a service mesh's injected sidecar would keep the Job from ever completing."""
+    pod = glmd.spec.pod
+    out: dict[str, Any] = {}
+    if pod.image_pull_secrets:
+        out["imagePullSecrets"] = [{"name": s.name} for s in pod.image_pull_secrets]
+    if pod.service_account_name:
+        out["serviceAccountName"] = pod.service_account_name
+    if pod.priority_class_name:
+        out["priorityClassName"] = pod.priority_class_name
+    if pod.node_selector:
+        out["nodeSelector"] = dict(pod.node_selector)
+    if pod.tolerations:
+        out["tolerations"] = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in pod.tolerations]
+    return out
+
+
 def download_job(
     plan: Plan, glmd: GLMDeployment, labels: dict[str, str], owner: Mapping[str, Any], settings: DownloadSettings
 ) -> dict[str, Any]:
@@ -205,7 +226,16 @@ def download_job(
         "volumeMounts": [{"name": VOLUME, "mountPath": HF_CACHE}],
         "terminationMessagePolicy": "FallbackToLogsOnError",  # the failure's last lines reach the Job's pod
         "resources": {"requests": {"cpu": "2", "memory": "4Gi"}},
+        "securityContext": vllm_security_context(),
     }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "containers": [container],
+        "volumes": [{"name": VOLUME, "persistentVolumeClaim": {"claimName": claim_name(plan.name)}}],
+    }
+    pod_spec.update(_download_pod_settings(glmd))
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -214,14 +244,11 @@ def download_job(
             "backoffLimit": DOWNLOAD_BACKOFF_LIMIT,
             "activeDeadlineSeconds": shared.download_deadline_seconds,
             "template": {
-                "metadata": {"labels": pod_labels, "annotations": settings.annotations(plan.name)},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                    "containers": [container],
-                    "volumes": [{"name": VOLUME, "persistentVolumeClaim": {"claimName": claim_name(plan.name)}}],
+                "metadata": {
+                    "labels": {**glmd.spec.pod.labels, **pod_labels},
+                    "annotations": settings.annotations(plan.name),
                 },
+                "spec": pod_spec,
             },
         },
     }
