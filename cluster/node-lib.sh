@@ -228,6 +228,9 @@ node_up() {
   [[ -d /var/log/containers ]] || touch "$nd/made-var-log-containers"
   # containerd 1.6 puts its shims' sockets under /run/containerd/s whatever its state directory.
   [[ -d /run/containerd ]] || touch "$nd/made-run-containerd"
+  # The kubelet's device plugin manager listens under a fixed path whatever --root-dir says
+  # (DevicePluginPath, k8s.io/kubelet pkg/apis/deviceplugin/v1beta1/constants.go).
+  [[ -d /var/lib/kubelet ]] || touch "$nd/made-var-lib-kubelet"
   node_save_sysctls
   node_write_configs
   node_bridge_up
@@ -344,6 +347,11 @@ node_cleanup_host() {
   if [[ -f "$(node_dir)/made-run-containerd" ]]; then
     rmdir /run/containerd/s /run/containerd 2>/dev/null || true
     rm -f "$(node_dir)/made-run-containerd"
+  fi
+  if [[ -f "$(node_dir)/made-var-lib-kubelet" ]]; then
+    rm -f /var/lib/kubelet/device-plugins/kubelet.sock /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
+    rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet 2>/dev/null || true
+    rm -f "$(node_dir)/made-var-lib-kubelet"
   fi
   rm -rf "$(node_dir)/cni/ipam" "$(node_run_dir)"
   [[ -f "$NODE_OWNER_FILE" && "$(cat "$NODE_OWNER_FILE")" == "$(state_dir)" ]] && rm -f "$NODE_OWNER_FILE"
