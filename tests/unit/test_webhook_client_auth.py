@@ -10,13 +10,14 @@ import datetime
 import http.client
 import json
 import ssl
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import kopf
 import pytest
 
+from glm_operator.k8s.webhook_check import check_client_auth
 from glm_operator.k8s.webhook_client_auth import CA_ENV, NAMES_ENV, ClientAuth, ClientAuthError
 from glm_operator.k8s.webhooks import (
     GuardedWebhookServer,
@@ -174,41 +175,68 @@ async def _serving(server: GuardedWebhookServer) -> AsyncGenerator[int]:
         yield int(config["url"].rsplit(":", 1)[1].split("/")[0])
 
 
-def test_the_server_requires_a_certificate_from_the_ca_with_an_allowed_name(
-    tmp_path: Path, ca_file: Path, client_ca: Issuer
-) -> None:
-    serving = generate(["localhost"], datetime.datetime.now(datetime.UTC))
+def _server(tmp_path: Path, serving: WebhookCertificates, client_auth: ClientAuth | None) -> GuardedWebhookServer:
     (tmp_path / "tls.crt").write_bytes(serving.tls_cert)
     (tmp_path / "tls.key").write_bytes(serving.tls_key)
-    apiserver = client_ca.write_client(tmp_path / "clients", API_SERVER)
-    other_name = client_ca.write_client(tmp_path / "clients", "someone-else")
-    other_ca = Issuer.new("another-ca").write_client(tmp_path / "other", API_SERVER)
-    server = GuardedWebhookServer(
+    return GuardedWebhookServer(
         addr="127.0.0.1",
         host="127.0.0.1",
         certfile=str(tmp_path / "tls.crt"),
         pkeyfile=str(tmp_path / "tls.key"),
-        client_auth=ClientAuth.from_env({CA_ENV: str(ca_file), NAMES_ENV: API_SERVER}),
+        client_auth=client_auth,
     )
 
-    async def scenario() -> None:
+
+def _serve_while(server: GuardedWebhookServer, scenario: Callable[[int], Awaitable[None]]) -> None:
+    async def run() -> None:
         served = _serving(server)
         port = await anext(served)
         try:
-            status, body = await asyncio.to_thread(_post, port, serving, apiserver)
-            assert status == 200 and json.loads(body)["response"]["allowed"] is True
-            for client in (None, other_ca):  # no certificate; one from another CA: the handshake fails
-                with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
-                    await asyncio.to_thread(_post, port, serving, client)
-            status, body = await asyncio.to_thread(_post, port, serving, other_name)
-            assert status == 403 and b"CN=someone-else" in body
-            # Readiness (the chart's /readyz) still tells a listening server with the right certificate.
-            assert await webhook_answers(port, serving, "localhost", "127.0.0.1", client_auth=True) == ""
-            stranger = generate(["localhost"], datetime.datetime.now(datetime.UTC))
-            assert "CERTIFICATE_VERIFY_FAILED" in await webhook_answers(
-                port, stranger, "localhost", "127.0.0.1", client_auth=True
-            )
+            await scenario(port)
         finally:
             await served.aclose()
 
-    asyncio.run(scenario())
+    asyncio.run(run())
+
+
+def test_the_server_requires_a_certificate_from_the_ca_with_an_allowed_name(
+    tmp_path: Path, ca_file: Path, client_ca: Issuer
+) -> None:
+    serving = generate(["localhost"], datetime.datetime.now(datetime.UTC))
+    (tmp_path / "ca.crt").write_bytes(serving.ca_bundle)
+    apiserver = client_ca.write_client(tmp_path / "clients", API_SERVER)
+    other_name = client_ca.write_client(tmp_path / "clients", "someone-else")
+    other_ca = Issuer.new("another-ca").write_client(tmp_path / "other", API_SERVER)
+    auth = ClientAuth.from_env({CA_ENV: str(ca_file), NAMES_ENV: API_SERVER})
+
+    async def scenario(port: int) -> None:
+        status, body = await asyncio.to_thread(_post, port, serving, apiserver)
+        assert status == 200 and json.loads(body)["response"]["allowed"] is True
+        for client in (None, other_ca):  # no certificate; one from another CA: the handshake fails
+            with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+                await asyncio.to_thread(_post, port, serving, client)
+        status, body = await asyncio.to_thread(_post, port, serving, other_name)
+        assert status == 403 and b"CN=someone-else" in body
+        # Readiness (the chart's /readyz) still tells a listening server with the right certificate.
+        assert await webhook_answers(port, serving, "localhost", "127.0.0.1", client_auth=True) == ""
+        stranger = generate(["localhost"], datetime.datetime.now(datetime.UTC))
+        problem = await webhook_answers(port, stranger, "localhost", "127.0.0.1", client_auth=True)
+        assert "CERTIFICATE_VERIFY_FAILED" in problem
+        # helm test's check in this mode: the server's certificate verifies, and no answer without a certificate.
+        url = f"https://127.0.0.1:{port}/glmops-validate"
+        passed = await asyncio.to_thread(check_client_auth, url, str(tmp_path / "ca.crt"), hostname="localhost")
+        assert "got no answer" in passed
+
+    _serve_while(_server(tmp_path, serving, auth), scenario)
+
+
+def test_helm_tests_client_auth_check_fails_on_a_server_that_answers_anyone(tmp_path: Path) -> None:
+    serving = generate(["localhost"], datetime.datetime.now(datetime.UTC))
+    (tmp_path / "ca.crt").write_bytes(serving.ca_bundle)
+
+    async def scenario(port: int) -> None:
+        url = f"https://127.0.0.1:{port}/glmops-validate"
+        with pytest.raises(RuntimeError, match="answered a client without a client certificate .*HTTP/1.1 200"):
+            await asyncio.to_thread(check_client_auth, url, str(tmp_path / "ca.crt"), hostname="localhost")
+
+    _serve_while(_server(tmp_path, serving, None), scenario)
