@@ -12,9 +12,17 @@ if [[ ! -f ca.crt ]]; then
     -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
 fi
 
-# sign NAME SUBJECT EXTKEYUSAGE [SAN]
+# The CA of the API server's client certificate for admission webhooks, kept apart from the cluster CA: a webhook
+# that trusts it trusts the API server's webhook calls, not every client certificate the cluster CA signs.
+if [[ ! -f webhook-client-ca.crt ]]; then
+  key webhook-client-ca
+  openssl req -x509 -new -key webhook-client-ca.key -subj "/CN=glmops-local-webhook-client-ca" -days 3650 \
+    -out webhook-client-ca.crt -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+fi
+
+# [CA=NAME] sign NAME SUBJECT EXTKEYUSAGE [SAN]   (signed by ca.crt unless CA names another)
 sign() {
-  local name="$1" subj="$2" eku="$3" san="${4:-}"
+  local name="$1" subj="$2" eku="$3" san="${4:-}" ca="${CA:-ca}"
   [[ -f "$name.crt" ]] && return 0
   key "$name"
   openssl req -new -key "$name.key" -subj "$subj" -out "$name.csr"
@@ -24,7 +32,7 @@ sign() {
     echo "extendedKeyUsage=$eku"
     [[ -n "$san" ]] && echo "subjectAltName=$san"
   } > "$name.ext"
-  openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+  openssl x509 -req -in "$name.csr" -CA "$ca.crt" -CAkey "$ca.key" -CAcreateserial -days 3650 \
     -extfile "$name.ext" -out "$name.crt" 2>/dev/null
   rm -f "$name.csr" "$name.ext"
 }
@@ -37,6 +45,9 @@ sign kube-scheduler "/CN=system:kube-scheduler" clientAuth
 # kwok plays every kubelet (node status, leases, pod status and deletion): it needs broad rights.
 sign webhook "/CN=glmops-webhook" serverAuth "IP:127.0.0.1,DNS:localhost"
 sign kwok "/O=system:masters/CN=kwok" clientAuth
+# What the API server presents to admission webhooks (admission.yaml, written by up.sh).
+CA=webhook-client-ca sign apiserver-webhook-client "/CN=kube-apiserver-webhook-client" clientAuth \
+  "DNS:kube-apiserver-webhook-client"
 if [[ -n "$node" ]]; then
   # The Node authorizer grants a kubelet its own node's objects by this exact user and group.
   sign "node-$node" "/O=system:nodes/CN=system:node:$node" clientAuth

@@ -93,6 +93,14 @@ any_recorded_alive() {
   local d; for d in "${DAEMONS[@]}"; do pid_alive "$d" && return 0; done; return 1
 }
 
+# apiserver_has_arg ARG: the recorded kube-apiserver runs with exactly this argument (flags are read only at start).
+apiserver_has_arg() {
+  local f args; f="$(state_dir)/pids/kube-apiserver.pid"
+  [[ -f "$f" ]] || return 1
+  args="$(tr '\0' '\n' < "/proc/$(cat "$f")/cmdline" 2>/dev/null)" || return 1
+  grep -qxF -- "$1" <<< "$args"
+}
+
 cluster_healthy() {
   local d; for d in "${DAEMONS[@]}"; do pid_alive "$d" || return 1; done
   local c; c="$(state_dir)/certs"
@@ -151,6 +159,37 @@ contexts:
   context: {cluster: $(cluster_name), user: $user, namespace: default}
 current-context: $(cluster_name)
 KC
+}
+
+# write_admission_config FILE: the API server's admission configuration. The two webhook plugins read a kubeconfig
+# whose user "*" (every webhook host) holds the client certificate the API server presents to admission webhooks.
+write_admission_config() {
+  local file="$1" c; c="$(state_dir)/certs"
+  local kubeconfig="${file%.yaml}-webhooks.kubeconfig"
+  cat > "$kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+users:
+- name: "*"
+  user:
+    client-certificate: $c/apiserver-webhook-client.crt
+    client-key: $c/apiserver-webhook-client.key
+KC
+  cat > "$file" <<AC
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: ValidatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: $kubeconfig
+- name: MutatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: $kubeconfig
+AC
 }
 
 python_bin() {

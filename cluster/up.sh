@@ -2,6 +2,8 @@
 # Brings up the local control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler and kwok with a fleet of fake GPU nodes. Safe to run twice: a healthy running
 # cluster is reused. Prints `export KUBECONFIG=...` on its last line.
+# The API server presents a client certificate to admission webhooks, as an administrator configures it
+# (admission.yaml in the state directory); it is signed by a CA of its own, certs/webhook-client-ca.crt.
 #
 # Environment (all optional):
 #   GLMOPS_CLUSTER         cluster name, one state directory each       (default: glmops)
@@ -18,15 +20,21 @@ source "$here/lib.sh"
 state="$(state_dir)"
 certs="$state/certs"; logs="$state/logs"; pids="$state/pids"
 kubeconfig="$state/kubeconfig"
+admission="$state/admission.yaml"
 
 # A cluster started without the real node serves the API on loopback only, where the node's pods cannot reach it.
 if [[ "${GLMOPS_REAL_NODE:-}" == 1 ]] && cluster_healthy; then
   # shellcheck source=cluster/node-lib.sh
   source "$here/node-lib.sh"
-  if ! tr '\0' '\n' < "/proc/$(cat "$pids/kube-apiserver.pid")/cmdline" | grep -qx -- "--advertise-address=$(node_net gateway)"; then
+  if ! apiserver_has_arg "--advertise-address=$(node_net gateway)"; then
     log "cluster '$(cluster_name)' runs without the real node's API address; restarting it"
     "$here/down.sh" >/dev/null
   fi
+fi
+# An API server started by an earlier version of this script presents no client certificate to admission webhooks.
+if cluster_healthy && ! apiserver_has_arg "--admission-control-config-file=$admission"; then
+  log "cluster '$(cluster_name)' runs without the webhook client certificate (no --admission-control-config-file); restarting it"
+  "$here/down.sh" >/dev/null
 fi
 if cluster_healthy; then
   "$here/certs.sh" "$certs"  # adds any certificate a newer version of this script needs
@@ -66,6 +74,7 @@ if [[ "${GLMOPS_REAL_NODE:-}" == 1 ]]; then
   apiserver_addr=(--bind-address=0.0.0.0 --advertise-address="$(node_net gateway)")
 fi
 write_kubeconfig "$kubeconfig" admin
+write_admission_config "$admission"
 write_kubeconfig "$state/kcm.kubeconfig" kube-controller-manager
 write_kubeconfig "$state/scheduler.kubeconfig" kube-scheduler
 write_kubeconfig "$state/kwok.kubeconfig" kwok
@@ -89,6 +98,7 @@ start_daemon kube-apiserver "$bin/kube-apiserver" \
   --service-cluster-ip-range="$SERVICE_CIDR" \
   --authorization-mode=Node,RBAC --allow-privileged=true \
   --enable-priority-and-fairness=false --profiling=false \
+  --admission-control-config-file="$admission" \
   --storage-media-type=application/json "${kubelet_client[@]}"
 wait_for "kube-apiserver" 120 curl -fsS --cacert "$certs/ca.crt" --cert "$certs/admin.crt" --key "$certs/admin.key" \
   "https://127.0.0.1:$APISERVER_PORT/readyz"

@@ -37,7 +37,11 @@ def _cluster_running() -> bool:
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    """The test control plane: reused when already running, else started now and stopped at the end."""
+    """The test control plane: reused when already running, else started now and stopped at the end.
+
+    up.sh restarts a running cluster whose API server lacks a flag it now sets (the webhook client certificate's
+    --admission-control-config-file), so tests never run against an API server of an older script.
+    """
     started_here = not _cluster_running()
     if started_here:
         run_script("down.sh", "--purge")  # a stopped test cluster's leftovers would leak into this run

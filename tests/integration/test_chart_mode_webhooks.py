@@ -28,7 +28,8 @@ import pytest
 import yaml
 from cryptography import x509
 
-from glm_operator.k8s.webhook_check import check
+from glm_operator.k8s.webhook_check import check, check_client_auth
+from glm_operator.k8s.webhook_client_auth import CA_ENV, NAMES_ENV
 from tests.conftest import ARTIFACTS
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually
 
@@ -291,3 +292,30 @@ def test_a_replica_paused_by_peering_still_answers_admissions(
     finally:
         for proc in replicas:
             _stop(proc)
+
+
+def test_with_client_auth_the_replica_is_ready_admits_through_the_service_and_answers_no_stranger(
+    cluster: Cluster, kubectl: Kubectl, namespace: str, chart_setup: tuple[dict[str, str], str, str], tmp_path: Path
+) -> None:
+    env, service, config = chart_setup
+    # webhook.clientAuth: the API server's webhook client CA (mounted by the chart; a local file here) and its name.
+    env = {**env, CA_ENV: str(cluster.webhook_client_ca), NAMES_ENV: "kube-apiserver-webhook-client"}
+    log = ARTIFACTS / f"chart-operator-client-auth-{namespace}.log"
+    proc = _start(cluster, env, log, "--standalone", f"--namespace={namespace}")
+    secret = env["GLMOPS_WEBHOOK_SECRET"].partition("/")[2]
+    readiness = int(env["GLMOPS_READINESS_PORT"])
+    op = ChartOperator(namespace, env["GLMOPS_WEBHOOK_ADDR"], service, config, secret, readiness, proc)
+    try:
+        ca = eventually(lambda: _secret_ca(kubectl, op), timeout=60, what="the certificate Secret")
+        eventually(lambda: _ca_bundles(kubectl, op.config) == [ca, ca], timeout=60, what="caBundle filled by name")
+        # The API server presents its client certificate to a Service clientConfig too (its kubeconfig user "*").
+        eventually(lambda: _refused_through_the_api_server(kubectl, op.namespace), timeout=60, what="admission")
+        eventually(lambda: _ready(op), timeout=30, what="/readyz, though the server answers no client of its own")
+        (tmp_path / "ca.crt").write_bytes(base64.b64decode(ca))
+        url = f"https://{op.addr}/glmops-validate"
+        with pytest.raises((httpx.HTTPError, ssl.SSLError, OSError)):
+            check(url, str(tmp_path / "ca.crt"), hostname=op.hostname)  # helm test's usual check has no certificate
+        assert "got no answer" in check_client_auth(url, str(tmp_path / "ca.crt"), hostname=op.hostname)
+        assert "webhook refused a request" not in log.read_text()
+    finally:
+        _stop(proc)

@@ -92,6 +92,11 @@ class Cluster:
     def ca_cert(self) -> Path:
         return self.state_dir / "certs" / "ca.crt"
 
+    @property
+    def webhook_client_ca(self) -> Path:
+        """The CA of the client certificate the API server presents to admission webhooks (cluster/certs.sh)."""
+        return self.state_dir / "certs" / "webhook-client-ca.crt"
+
 
 def eventually(check: Callable[[], Any], timeout: float = 60, interval: float = 0.5, what: str = "") -> Any:
     """Retry `check` until it returns a truthy value without raising; fail with its last error."""

@@ -42,3 +42,20 @@ def test_a_dead_or_reused_pid_is_not_alive(tmp_path: Path, daemon: subprocess.Po
     daemon.wait()
     assert check(tmp_path, "pid_alive bash") != 0
     assert check(tmp_path, "pid_running bash") != 0
+
+
+def test_an_api_server_argument_is_matched_whole_on_the_recorded_process(tmp_path: Path) -> None:
+    # up.sh restarts a cluster whose API server lacks a flag it now needs (flags are read only at start).
+    flag = "--admission-control-config-file=/state/admission.yaml"
+    proc = subprocess.Popen(["/bin/bash", "-c", "sleep 60; exit 0", "_", "--secure-port=1", flag])
+    pids = tmp_path / "clusters" / "t" / "pids"
+    pids.mkdir(parents=True)
+    (pids / "kube-apiserver.pid").write_text(str(proc.pid))
+    try:
+        assert check(tmp_path, f"apiserver_has_arg {flag}") == 0
+        assert check(tmp_path, "apiserver_has_arg --admission-control-config-file=/state") != 0, "a prefix is not it"
+        assert check(tmp_path, "apiserver_has_arg --admission-control-config-file=/other/admission.yaml") != 0
+    finally:
+        proc.kill()
+        proc.wait()
+    assert check(tmp_path, f"apiserver_has_arg {flag}") != 0, "a stopped API server has no flags"

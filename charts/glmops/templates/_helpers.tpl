@@ -50,3 +50,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "glmops.webhookInjectsCA" -}}
 {{- if not (or .Values.webhook.certManager.enabled .Values.webhook.caBundle) -}}true{{- end -}}
 {{- end -}}
+
+{{/* The webhook verifies its callers' client certificates against the CA in webhook.clientAuth.caConfigMap. */}}
+{{- define "glmops.webhookClientAuth" -}}
+{{- if and .Values.webhook.enabled .Values.webhook.clientAuth.caConfigMap.name -}}true{{- end -}}
+{{- end -}}

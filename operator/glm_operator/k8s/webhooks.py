@@ -5,11 +5,15 @@ certificates from files, and a webhook configuration that kopf creates and keeps
 Installed by the chart (`GLMOPS_WEBHOOK_SECRET` set): the chart owns the configurations and their Service
 clientConfig; the certificate is kept in a Secret (`k8s/webhook_certs.py`), reloaded without a restart, and a
 readiness endpoint says whether the server answers (docs/webhooks.md).
+Either way, with GLMOPS_WEBHOOK_CLIENT_CA set only clients with a certificate from that CA get past the TLS
+handshake, and with GLMOPS_WEBHOOK_CLIENT_NAMES only those with one of its names are answered
+(`k8s/webhook_client_auth.py`, docs/security.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 import tempfile
@@ -24,6 +28,7 @@ from glm_operator.api import GROUP, PLURAL, VERSION
 from glm_operator.api.constants import REPAIR_WEBHOOK_ID, VALIDATE_WEBHOOK_ID
 from glm_operator.k8s.admission_review import MAX_BODY_BYTES, Refusal, check_request_line, parse_review
 from glm_operator.k8s.webhook_certs import CertificateSource, sync_certificates_async
+from glm_operator.k8s.webhook_client_auth import ClientAuth
 from glm_operator.render.webhook_certs import WebhookCertificates, not_after
 
 log = logging.getLogger(__name__)
@@ -37,27 +42,36 @@ class GuardedWebhookServer(kopf.WebhookServer):
     """kopf's server, answering only AdmissionReviews for our webhooks, over TLS 1.2 or later.
 
     kopf hands any POST to any path to the handlers and answers a body it cannot digest with a 500 and a
-    traceback; here such a request gets a 4xx and one log line before kopf sees it.
+    traceback; here such a request gets a 4xx and one log line before kopf sees it. With `client_auth`, the
+    handshake requires a client certificate from its CA, and a certificate without an allowed name gets a 403.
     """
+
+    def __init__(self, *, client_auth: ClientAuth | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.client_auth = client_auth
 
     def _build_ssl(self) -> tuple[bytes | None, ssl.SSLContext | None]:
         cadata, context = super()._build_ssl()
         if context is not None:
             context.minimum_version = ssl.TLSVersion.TLSv1_2
+            if self.client_auth is not None:
+                self.client_auth.apply(context)
         return cadata, context
 
     async def _serve(  # type: ignore[override]  # kopf's is a staticmethod, called through the instance
         self, fn: kopf.WebhookFn, request: aiohttp.web.Request
     ) -> aiohttp.web.Response:
         webhook = request.match_info.get("id", "")
+        sslpeer = request.transport.get_extra_info("peercert") if request.transport else None
         try:
+            if self.client_auth is not None and (refused := self.client_auth.refusal(sslpeer)):
+                raise Refusal(403, refused)  # before the body is read: a stranger's request is not parsed
             check_request_line(webhook, request.content_type, WEBHOOK_IDS)
             review = parse_review(await _read_body(request), RESOURCES)
         except Refusal as refusal:
             log.warning("webhook refused a request from %s: %s", request.remote, refusal)
             return aiohttp.web.Response(status=refusal.status, text=refusal.message + "\n")
         headers = dict(request.headers)
-        sslpeer = request.transport.get_extra_info("peercert") if request.transport else None
         try:
             # kopf types the review as its own TypedDict (not exported); parse_review checked that shape.
             response = await fn(review, webhook=webhook, sslpeer=sslpeer, headers=headers)  # type: ignore[arg-type]
@@ -105,6 +119,8 @@ class SecretWebhookServer(GuardedWebhookServer):
         self.loaded: WebhookCertificates | None = None
         self.ssl_context = ssl.create_default_context(purpose=ssl.Purpose.CLIENT_AUTH)
         self.ssl_context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if self.client_auth is not None:
+            self.client_auth.apply(self.ssl_context)
 
     def _build_ssl(self) -> tuple[bytes | None, ssl.SSLContext | None]:
         return None, self.ssl_context
@@ -165,18 +181,29 @@ class SecretWebhookServer(GuardedWebhookServer):
 
     async def _readyz(self, _: aiohttp.web.Request) -> aiohttp.web.Response:
         """Ready once the webhook server answers over TLS with the certificate the API server is told to trust."""
-        problem = await webhook_answers(self.port or 0, self.loaded, self.source.dns_names[2], self.addr)
+        problem = await webhook_answers(
+            self.port or 0, self.loaded, self.source.dns_names[2], self.addr, client_auth=self.client_auth is not None
+        )
         if problem:
             return aiohttp.web.Response(status=503, text=f"webhook server not ready: {problem}\n")
         return aiohttp.web.Response(text="ok\n")
 
 
-async def webhook_answers(port: int, certs: WebhookCertificates | None, hostname: str, addr: str | None) -> str:
-    """Empty when the webhook server at `port` answers HTTP over TLS verified for `hostname`; else what failed."""
+async def webhook_answers(
+    port: int, certs: WebhookCertificates | None, hostname: str, addr: str | None, *, client_auth: bool = False
+) -> str:
+    """Empty when the webhook server at `port` answers HTTP over TLS verified for `hostname`; else what failed.
+
+    With `client_auth` (the server requires a client certificate, which this probe has none of) it answers nothing
+    over HTTP; the probe then stops at the TLS 1.3 handshake, which the client completes once it has verified the
+    server's certificate and before the server checks the client's.
+    """
     if certs is None or not port:
         return "no certificate loaded yet"
     host = "127.0.0.1" if addr in (None, "", "0.0.0.0") else addr  # noqa: S104
     context = ssl.create_default_context(cadata=certs.ca_bundle.decode("ascii"))
+    if client_auth:
+        return await _server_handshake(host, port, context, hostname)
     url = f"https://{host}:{port}/{VALIDATE_WEBHOOK_ID}"
     try:
         async with (
@@ -189,6 +216,20 @@ async def webhook_answers(port: int, certs: WebhookCertificates | None, hostname
         return f"{type(err).__name__}: {err}"
 
 
+async def _server_handshake(host: str, port: int, context: ssl.SSLContext, hostname: str) -> str:
+    """Empty when the client's side of a TLS 1.3 handshake completes (the server's certificate verified)."""
+    context.minimum_version = ssl.TLSVersion.TLSv1_3  # in TLS 1.2 the server's Finished waits for our certificate
+    try:
+        async with asyncio.timeout(3):
+            _, writer = await asyncio.open_connection(host, port, ssl=context, server_hostname=hostname)
+    except (TimeoutError, ssl.SSLError, OSError) as err:
+        return f"{type(err).__name__}: {err}"
+    writer.close()
+    with contextlib.suppress(ssl.SSLError, OSError):
+        await writer.wait_closed()
+    return ""
+
+
 def webhook_server_from_env(env: Mapping[str, str]) -> GuardedWebhookServer | None:
     """The server the environment asks for; None when webhooks are switched off (GLMOPS_WEBHOOK=off).
 
@@ -199,12 +240,14 @@ def webhook_server_from_env(env: Mapping[str, str]) -> GuardedWebhookServer | No
         return None
     addr = env.get("GLMOPS_WEBHOOK_ADDR", "0.0.0.0")  # noqa: S104
     port = int(env.get("GLMOPS_WEBHOOK_PORT", "9443"))
+    client_auth = ClientAuth.from_env(env)  # GLMOPS_WEBHOOK_CLIENT_CA / _NAMES: a bad one stops the start-up
     if env.get("GLMOPS_WEBHOOK_SECRET"):
         readiness = env.get("GLMOPS_READINESS_PORT")
         return SecretWebhookServer(
             source=CertificateSource.from_env(env),
             resync_seconds=float(env.get("GLMOPS_WEBHOOK_CERT_RESYNC_SECONDS", "60")),
             readiness_port=int(readiness) if readiness else None,
+            client_auth=client_auth,
             addr=addr,
             port=port,
         )
@@ -215,4 +258,5 @@ def webhook_server_from_env(env: Mapping[str, str]) -> GuardedWebhookServer | No
         certfile=env.get("GLMOPS_WEBHOOK_CERT") or None,
         pkeyfile=env.get("GLMOPS_WEBHOOK_KEY") or None,
         cafile=env.get("GLMOPS_WEBHOOK_CA") or None,
+        client_auth=client_auth,
     )
