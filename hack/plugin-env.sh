@@ -3,13 +3,17 @@
 #   torch (runs on the CPU here) + the pure-Python packages vLLM's modules import + pytest,
 #   pinned in images/vllm-patches/requirements-proof.txt, in $GLMOPS_CACHE/plugin-venv-<hash>;
 #   the real vLLM sources of every proven version (hack/vllm-sources.sh).
-# Safe to run twice: a venv whose requirements hash is unchanged is reused.
+# Safe to run twice, and concurrently: a venv whose requirements hash is unchanged is reused.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cache="${GLMOPS_CACHE:-$HOME/.cache/glmops}"
 reqs="$root/images/vllm-patches/requirements-proof.txt"
 hash="$(sha1sum "$reqs" | cut -c1-12)"
 venv="$cache/plugin-venv-$hash"
+mkdir -p "$cache"
+# Concurrent runs (two checkouts, a CI beside a developer) wait for each other rather than build one venv twice.
+exec 9>"$cache/plugin-env.lock"
+flock 9
 if [[ ! -f "$venv/.complete" ]]; then
   echo "building the plugin proof environment in $venv (torch and vLLM's Python dependencies; a few minutes)" >&2
   rm -rf "$venv"
