@@ -267,7 +267,7 @@ VLLM_58729 = RuleInfo(
     title="MXFP4 MoE on Blackwell ignores the expert map under expert parallelism",
     upstream="https://github.com/vllm-project/vllm/issues/58729",
     affected=(
-        "0.27.1-0.31.x: compressed-tensors W4A4 MXFP4 checkpoint, SM100-family GPU, expert parallelism "
+        "0.26.0-0.31.x: compressed-tensors W4A4 MXFP4 checkpoint, SM100-family GPU, expert parallelism "
         "with TP x DP > 1 (--moe-backend marlin does not avoid it). Every version, with expert and data "
         "parallelism: the DeepEP high-throughput and FlashInfer NVLink all-to-all layouts, which the Cutlass "
         "MXFP4 experts cannot take, and the batched layouts of DeepEP low-latency and nixl_ep, which neither "
@@ -277,8 +277,8 @@ VLLM_58729 = RuleInfo(
     remedy=(
         "glmops' patched image (engine.vllmVersion without engine.image), vLLM >= 0.32.0, or tensor "
         "instead of expert parallelism; with an all-to-all layout the experts cannot take, allgather_reducescatter "
-        "(auto), or for DeepEP high-throughput and FlashInfer NVLink one-sided the patched image with engine.env "
-        "GLMOPS_MOE_MXFP4_BACKEND=marlin."
+        "(auto), or for DeepEP high-throughput and (0.27.1+) FlashInfer NVLink one-sided the patched image with "
+        "engine.env GLMOPS_MOE_MXFP4_BACKEND=marlin."
     ),
     remove_when="No supported vLLM version picks the Cutlass MXFP4 experts without honouring expert_map.",
     condition=(
