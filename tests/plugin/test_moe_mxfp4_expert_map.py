@@ -481,8 +481,6 @@ _EXPECTED_CHOICE: dict[str, dict[str, dict[str, Any] | str]] = {
 }
 
 
-
-
 def expected_choice(switch: str, version: str) -> dict[str, dict[str, Any] | str]:
     expected = dict(_EXPECTED_CHOICE[switch])
     if switch == "marlin" and _before(version, MARLIN_TAKES_ONE_SIDED_FROM):
