@@ -238,3 +238,19 @@ def test_every_committed_result_passes_the_judge_as_recorded(path: Path) -> None
     doc = json.loads(path.read_text())
     verdict = judge_mod.judge(doc)
     assert doc["verdict"]["passed"] == verdict.passed and verdict.passed, verdict.problems
+
+
+def test_docs_show_measured_figures_only_from_result_files_and_mark_the_place_until_there_are_some() -> None:
+    from glmops_vllm_patches.docs import render_proof_md
+
+    empty = render_proof_md([])
+    assert "**Not measured yet.**" in empty and "1.24" not in empty
+    text = render_proof_md([json.loads(json.dumps(document()))], ["pyzmq", "msgspec"])
+    assert "Not measured yet" not in text and "pyzmq, msgspec" in text
+    assert "2 x NVIDIA H200 (CUDA 13.0" in text and "vLLM 0.26.0, torch 2.11.0+cu130" in text
+    assert "Noise floor (PP=1 twice): 0.016. Verdict: **pass**." in text
+    assert "| pp2-default | 4,4 | 4 (reuse) | no | 1.24 | differ from token 0 |" in text
+    assert "| pp2-safe | 2,6 | 2 (computes) | no | 0.012 | identical |" in text
+    assert "| pp2-plugin | 4,4 | 4 (reuse) | yes | 0.014 | identical |" in text
+    failing = render_proof_md([document(**{"pp2-default": _raw(0.0)})])
+    assert "Verdict: **FAIL**" in failing and "pp2-default: expected to differ" in failing
