@@ -246,7 +246,7 @@ def test_docs_show_measured_figures_only_from_result_files_and_mark_the_place_un
     empty = render_proof_md([])
     assert "**Not measured yet.**" in empty and "1.24" not in empty
     text = render_proof_md([json.loads(json.dumps(document()))], ["pyzmq", "msgspec"])
-    assert "Not measured yet" not in text and "pyzmq, msgspec" in text
+    assert "Not measured yet" not in text and "`pyzmq`, `msgspec`" in text
     assert "2 x NVIDIA H200 (CUDA 13.0" in text and "vLLM 0.26.0, torch 2.11.0+cu130" in text
     assert "Noise floor (PP=1 twice): 0.016. Verdict: **pass**." in text
     assert "| pp2-default | 4,4 | 4 (reuse) | no | 1.24 | differ from token 0 |" in text
@@ -254,3 +254,11 @@ def test_docs_show_measured_figures_only_from_result_files_and_mark_the_place_un
     assert "| pp2-plugin | 4,4 | 4 (reuse) | yes | 0.014 | identical |" in text
     failing = render_proof_md([document(**{"pp2-default": _raw(0.0)})])
     assert "Verdict: **FAIL**" in failing and "pp2-default: expected to differ" in failing
+
+
+def test_the_offline_wheel_list_holds_the_proofs_own_imports_and_leaves_torch_and_vllm_to_their_own_step() -> None:
+    lines = (PROOF / "requirements-gpu.txt").read_text().splitlines()
+    names = {line.split("#")[0].split(">")[0].split("<")[0].split("=")[0].strip().lower() for line in lines}
+    assert {"transformers", "safetensors", "pydantic", "pyyaml"} <= names
+    assert not {"torch", "vllm"} & names
+    assert "pip install --no-index --find-links wheels --no-deps vllm==0.26.0" in "\n".join(lines)

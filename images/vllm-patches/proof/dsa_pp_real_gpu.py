@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-# What the proof imports itself (vLLM's own dependencies are vLLM's: see docs/patches.md for the offline list).
+# What the proof imports itself (vLLM's own, for its offline path: requirements-gpu.txt beside this file).
 REQUIRED_MODULES = {
     "torch": "torch (the machine's CUDA build that vLLM's wheel pins)",
     "vllm": "vllm>=0.26.0",
@@ -45,7 +45,28 @@ def missing_requirements() -> list[str]:
         missing.append(f"GPUs: {torch.cuda.device_count() if torch.cuda.is_available() else 0} visible, 2 needed")
     from transformers import GlmMoeDsaConfig  # noqa: F401 - raises on a transformers without GLM-5 DSA
 
-    return missing
+    return missing + _vllm_path_errors()
+
+
+# vLLM's offline path for this model: what a run imports in its engine and worker processes.
+VLLM_PATH = (
+    "vllm.entrypoints.llm",
+    "vllm.v1.engine.core",
+    "vllm.v1.executor.multiproc_executor",
+    "vllm.v1.worker.gpu_worker",
+    "vllm.model_executor.models.deepseek_v2",
+    "vllm.v1.attention.backends.mla.flashmla_sparse",
+)
+
+
+def _vllm_path_errors() -> list[str]:
+    """Import vLLM's offline path in a fresh process; the missing module, if any (install it and ask again)."""
+    code = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
+    proc = subprocess.run([sys.executable, "-c", code, *VLLM_PATH], capture_output=True, text=True, timeout=900)
+    if proc.returncode == 0:
+        return []
+    last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return [f"vLLM's offline path does not import: {last}"]
 
 
 def _versions() -> dict[str, Any]:

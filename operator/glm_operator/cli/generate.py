@@ -88,9 +88,8 @@ def _patches_md(root: Path) -> str:
     from glmops_vllm_patches.docs import render_proof_md, render_registry_md
 
     results = [json.loads(p.read_text()) for p in sorted((root / PROOF / "results").glob("*.json"))]
-    offline = root / PROOF / "requirements-offline.txt"
-    names = [line.split("#")[0].strip() for line in offline.read_text().splitlines()] if offline.is_file() else []
-    return render_registry_md() + render_proof_md(results, [n for n in names if n])
+    wheels = [line.split("#")[0].strip() for line in (root / PROOF / "requirements-gpu.txt").read_text().splitlines()]
+    return render_registry_md() + render_proof_md(results, [w for w in wheels if w])
 
 
 def _values(root: Path) -> str:

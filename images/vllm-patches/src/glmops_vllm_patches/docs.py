@@ -84,12 +84,13 @@ lines, plus the GPUs, the driver, the vLLM, torch and transformers versions and 
 and run `glmctl generate`: the table below is written from those files, and `tests/unit/test_proof_dsa_pp.py`
 re-judges every committed file.
 
-The GPU machine needs no network: the repository, the model is written locally, and these Python packages:
-torch (the build vLLM's wheel pins: 2.11.0 for vLLM 0.26.0), vllm, transformers with `GlmMoeDsaConfig`
-(vLLM 0.26.0 asks for 5.5.3 or later), safetensors, pydantic and PyYAML (the model catalog), and the packages
-vLLM itself imports on the offline `LLM` path ({offline}). `--check-env` names what is missing; vLLM's own import
-errors name the rest. Two start-up details: the proof sets `VLLM_USE_FLASHINFER_SAMPLER=0` (FlashInfer is not
-needed), and vLLM's structured-output backends (llguidance, xgrammar) may need their packages installed to import.
+The GPU machine needs no network: the model is written there, and the Python packages are brought as wheels.
+Besides the torch build vLLM's wheel pins (2.11.0 for vLLM 0.26.0) and vLLM itself (installed with `--no-deps`),
+`images/vllm-patches/proof/requirements-gpu.txt` lists what the proof and vLLM's offline path import at module level
+(read from vLLM 0.26.0's source; 62 wheels with their dependencies in an empty environment), with the commands to
+download and install them: {offline}. `--check-env` imports that path in a fresh process and names whatever is still
+missing. Two start-up details: the proof sets `VLLM_USE_FLASHINFER_SAMPLER=0` (FlashInfer is not needed), and
+vLLM's structured-output backends (llguidance, xgrammar) may need their packages to import.
 """
 
 _NOT_MEASURED = """
@@ -140,7 +141,7 @@ def _result_md(doc: Mapping[str, Any]) -> str:
 
 def render_proof_md(results: Sequence[Mapping[str, Any]], offline: Sequence[str] = ()) -> str:
     """The real-kernel proof section, its measured results written from the committed result files only."""
-    out = _PROOF.format(offline=", ".join(offline) or "see `--check-env`")
+    out = _PROOF.format(offline=", ".join(f"`{name}`" for name in offline) or "see `--check-env`")
     if not results:
         return out + _NOT_MEASURED
     return out + "\n### Measured results\n" + "".join(_result_md(doc) for doc in results)
