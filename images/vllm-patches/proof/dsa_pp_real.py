@@ -325,12 +325,12 @@ def run_in_subprocess(spec: RunSpec, model_dir: Path, work: Path, timeout: float
     log_file = work / f"{spec.name}.log"
     started = time.monotonic()
     cmd = [sys.executable, str(HERE / "dsa_pp_real_gpu.py"), "run", str(job_file), str(out)]
+    env = run_env(spec, work, os.environ)
     with log_file.open("w") as log:
         try:
-            rc = subprocess.run(cmd, env=run_env(spec, work, os.environ), stdout=log, stderr=subprocess.STDOUT,
-                                timeout=timeout).returncode  # fmt: skip
+            rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout).returncode
         except subprocess.TimeoutExpired:
-            rc = -1
+            rc = -1  # a hung start: the error below carries the end of its log
     text = log_file.read_text(errors="replace")
     result: dict[str, Any] = json.loads(out.read_text()) if rc == 0 and out.is_file() else {}
     if rc != 0 or not result:
