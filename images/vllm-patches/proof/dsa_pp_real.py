@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -327,10 +328,14 @@ def run_in_subprocess(spec: RunSpec, model_dir: Path, work: Path, timeout: float
     cmd = [sys.executable, str(HERE / "dsa_pp_real_gpu.py"), "run", str(job_file), str(out)]
     env = run_env(spec, work, os.environ)
     with log_file.open("w") as log:
+        # Its own session, so a hung start is stopped with the engine and worker processes vLLM started for it.
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout).returncode
+            rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            rc = -1  # a hung start: the error below carries the end of its log
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc = -1  # the error below carries the end of its log
     text = log_file.read_text(errors="replace")
     result: dict[str, Any] = json.loads(out.read_text()) if rc == 0 and out.is_file() else {}
     if rc != 0 or not result:
