@@ -9,7 +9,9 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import os
 import sys
+import time
 import tomllib
 from pathlib import Path
 from types import ModuleType
@@ -262,3 +264,93 @@ def test_the_offline_wheel_list_holds_the_proofs_own_imports_and_leaves_torch_an
     assert {"transformers", "safetensors", "pydantic", "pyyaml"} <= names
     assert not {"torch", "vllm"} & names
     assert "pip install --no-index --find-links wheels --no-deps vllm==0.26.0" in "\n".join(lines)
+
+
+# ---------------------------------------------------------------- orchestration, with a stand-in for vLLM
+
+# Stands in for `dsa_pp_real_gpu.py run JOB OUT`: answers as the issue's measurements did, from what the run's
+# environment says (partition, plugin allow-list), and counts its starts. FAKE_FAIL / FAKE_HANG name a run to break.
+FAKE_VLLM = r"""
+import json, os, subprocess, sys, time
+from pathlib import Path
+job_file, out = Path(sys.argv[2]), Path(sys.argv[3])
+job, name = json.loads(job_file.read_text()), job_file.name.split(".")[0]
+with open(job_file.parent / "starts.txt", "a") as f:
+    f.write(name + "\n")
+if os.environ.get("FAKE_HANG") == name:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    (job_file.parent / "grandchild.pid").write_text(str(child.pid))
+    time.sleep(60)
+if os.environ.get("FAKE_FAIL") == name:
+    sys.exit("RuntimeError: CUDA error: out of memory")
+plugin = os.environ["VLLM_PLUGINS"] == "glmops_vllm_patches"
+if plugin:
+    print("(EngineCore pid=1) INFO glmops patch dsa-pp-topk-handoff (vllm-63170) applied: wrapped")
+    print("(Worker_PP1 pid=3) INFO glmops patch dsa-pp-topk-handoff: layers [4, 8): receives top-k rows")
+stale = job["pp"] == 2 and not plugin and "VLLM_PP_LAYER_PARTITION" not in os.environ
+shift = {"pp1-a": 0.0, "pp1-b": 0.016}.get(name, 1.24 if stale else 0.012)
+outputs = [
+    {"prompt_logprobs": [-1.0 + (shift if i == 5 else 0.0) for i in range(len(p) - 1)],
+     "token_ids": [7] * job["generate"] if not stale else [8] * job["generate"]}
+    for p in job["prompts"]
+]
+out.write_text(json.dumps({"outputs": outputs}))
+"""
+
+
+@pytest.fixture
+def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    script = tmp_path / "fake_vllm.py"
+    script.write_text(FAKE_VLLM)
+    monkeypatch.setattr(real, "GPU_SCRIPT", script)
+    side = ModuleType("dsa_pp_real_gpu")
+    side.build_model = lambda config, out, seed: out
+    side.environment = lambda: copy.deepcopy({k: v for k, v in ENV.items() if k != "parameters"})
+    side.parameter_count = lambda model_dir: 1000
+    monkeypatch.setitem(sys.modules, "dsa_pp_real_gpu", side)
+    for name in ("FAKE_FAIL", "FAKE_HANG", "VLLM_PP_LAYER_PARTITION", "VLLM_PLUGINS"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+def _starts(work: Path) -> list[str]:
+    return (work / "tiny8" / "starts.txt").read_text().split()
+
+
+def test_one_command_runs_each_start_in_its_own_environment_and_writes_a_passing_json(fake_gpu: Path) -> None:
+    out, work = fake_gpu / "results", fake_gpu / "work"
+    doc = real.run_variant(VARIANTS["tiny8"], out, work, timeout=120)
+    assert doc["verdict"]["passed"], doc["verdict"]["problems"]
+    assert json.loads((out / "tiny8.json").read_text()) == json.loads(json.dumps(doc))
+    runs = {r["name"]: r for r in doc["runs"]}
+    assert runs["pp2-default"]["max_abs_logprob_diff"] == pytest.approx(1.24)
+    assert runs["pp2-plugin"]["glmops_log"][0].endswith(
+        "glmops patch dsa-pp-topk-handoff (vllm-63170) applied: wrapped"
+    )
+    assert _starts(work) == ["pp1-a", "pp1-b", "pp2-default", "pp2-safe", "pp2-plugin"]
+
+
+def test_a_failed_run_fails_the_verdict_and_a_second_command_reruns_only_what_is_missing(
+    fake_gpu: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out, work = fake_gpu / "results", fake_gpu / "work"
+    monkeypatch.setenv("FAKE_FAIL", "pp2-plugin")
+    doc = real.run_variant(VARIANTS["tiny8"], out, work, timeout=120)
+    assert not doc["verdict"]["passed"]
+    assert any("CUDA error: out of memory" in p for p in doc["verdict"]["problems"])
+    monkeypatch.delenv("FAKE_FAIL")
+    doc = real.run_variant(VARIANTS["tiny8"], out, work, timeout=120, only=["pp2-plugin"])
+    assert doc["verdict"]["passed"], doc["verdict"]["problems"]
+    assert _starts(work) == ["pp1-a", "pp1-b", "pp2-default", "pp2-safe", "pp2-plugin", "pp2-plugin"]
+
+
+def test_a_hung_start_is_stopped_with_the_processes_it_started(fake_gpu: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    work = fake_gpu / "work"
+    monkeypatch.setenv("FAKE_HANG", "pp1-a")
+    doc = real.run_variant(VARIANTS["tiny8"], fake_gpu / "results", work, timeout=3, only=["pp1-a"])
+    assert doc["runs"][0]["error"].startswith("exit -1")
+    pid = int((work / "tiny8" / "grandchild.pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        for _ in range(50):
+            os.kill(pid, 0)
+            time.sleep(0.1)

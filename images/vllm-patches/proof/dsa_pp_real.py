@@ -58,7 +58,7 @@ SCHEMA = "glmops/dsa-pp-proof/v1"
 CATALOG_MODEL = "zai-org/GLM-5.3-BF16"  # GLM-5.x's layer count and top-k reuse rule
 PATCH = "dsa-pp-topk-handoff"
 PLUGIN_ENTRY_POINT = ("vllm.general_plugins", "glmops_vllm_patches", "glmops_vllm_patches:register")
-MIN_VLLM = (0, 26, 0)
+GPU_SCRIPT = HERE / "dsa_pp_real_gpu.py"  # run once per vLLM start, in its own process
 
 # The model's shapes. Sparse MLA kernels take a 512 latent and 64 RoPE dims (576, as DeepSeek V3.2 and GLM-5);
 # the indexer keeps GLM-5's 32 heads of 128; the rest is small. index_topk 512 < prompt length: sparse prefill.
@@ -325,7 +325,7 @@ def run_in_subprocess(spec: RunSpec, model_dir: Path, work: Path, timeout: float
     job_file.write_text(json.dumps({**job, "max_model_len": MAX_MODEL_LEN}))
     log_file = work / f"{spec.name}.log"
     started = time.monotonic()
-    cmd = [sys.executable, str(HERE / "dsa_pp_real_gpu.py"), "run", str(job_file), str(out)]
+    cmd = [sys.executable, str(GPU_SCRIPT), "run", str(job_file), str(out)]
     env = run_env(spec, work, os.environ)
     with log_file.open("w") as log:
         # Its own session, so a hung start is stopped with the engine and worker processes vLLM started for it.
