@@ -54,7 +54,7 @@ def vllm_58729(ctx: Context, rule: RuleInfo) -> list[Finding]:
     rejected = facts.MARLIN_REJECTED_ALL2ALL.at(ctx.version) if marlin else _cutlass_rejects()
     if backend not in rejected and not batched:
         return []
-    return [_layout_finding(ctx, rule.id, rule.upstream, backend, patched=patched, batched=batched)]
+    return [_layout_finding(ctx, rule.id, rule.upstream, backend, patched=patched, batched=batched, marlin=marlin)]
 
 
 def _misroute_finding(ctx: Context, rule_id: str, upstream: str) -> Finding:
@@ -86,14 +86,17 @@ def _cutlass_rejects() -> frozenset[str]:
 
 
 def _layout_finding(
-    ctx: Context, rule_id: str, upstream: str, backend: str, *, patched: bool, batched: bool
+    ctx: Context, rule_id: str, upstream: str, backend: str, *, patched: bool, batched: bool, marlin: bool
 ) -> Finding:
-    why = (
-        "this all-to-all layout uses the batched activation format, which neither the Cutlass nor the Marlin MXFP4 "
-        "experts take"
-        if batched
-        else "the Cutlass MXFP4 MoE experts cannot take this all-to-all layout"
-    )
+    if batched:
+        why = (
+            "this all-to-all layout uses the batched activation format, which neither the Cutlass nor the Marlin "
+            "MXFP4 experts take"
+        )
+    elif marlin:  # the switch moved the MoE to Marlin, which refuses this layout too (marlin-rejected-all2all)
+        why = "neither the Cutlass nor the Marlin MXFP4 MoE experts take this all-to-all layout"
+    else:
+        why = "the Cutlass MXFP4 MoE experts cannot take this all-to-all layout"
     outcome = (
         "glmops' patch refuses to start the server"
         if patched
