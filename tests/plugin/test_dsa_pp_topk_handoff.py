@@ -397,4 +397,4 @@ def test_pp2_by_tp2_over_gloo_hands_off_int32_rows_and_matches_the_reference() -
 def test_the_registry_entry_names_the_upstream_issue_and_prs() -> None:
     assert INFO.issue == "vllm-63170" and INFO.issue_url.endswith("/issues/63170")
     assert any(pr.endswith("/pull/59961") for pr in INFO.prs)
-    assert Version.parse("0.33.0") in INFO.affected and Version.parse("0.27.1") in INFO.affected
+    assert Version.parse("0.33.0") in INFO.affected and Version.parse("0.26.0") in INFO.affected

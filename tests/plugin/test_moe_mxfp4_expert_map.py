@@ -103,7 +103,7 @@ def test_a_target_missing_from_a_source_tree_is_named(tmp_path: Path) -> None:
         ("0.33.0", "cuda", {}, True),
         ("0.31.0", "rocm", {}, False),
         ("0.31.0", "cpu", {}, False),
-        ("0.27.0", "cuda", {}, False),
+        ("0.25.0", "cuda", {}, False),
         ("0.31.0", "cuda", {"GLMOPS_PATCH_MOE_MXFP4_EXPERT_MAP": "off"}, False),
         ("0.31.0", "cuda", {"GLMOPS_MOE_MXFP4_BACKEND": "marlin"}, True),
     ],
