@@ -64,7 +64,7 @@ and whether the greedy tokens are the same), against a noise floor of two PP=1 r
 - `pp2-plugin`: the default split with the glmops plugin loaded by vLLM's plugin loader (only
   `dsa-pp-topk-handoff` on): the rows cross the stage boundary, so it must match PP=1.
 
-Two models: `tiny8` (8 layers) and `glm78` (GLM-5.x's 78-layer pattern, about 0.5 B parameters), both with
+Two models: `tiny8` (8 layers, 44.6 M parameters) and `glm78` (GLM-5.x's 78-layer pattern, 341.5 M), both with
 seeded weights of standard deviation 0.02 written by `transformers` (vLLM's dummy weights are too uniform to show
 the bug), dense MLPs, `kv_lora_rank` 512, RoPE 64, `index_head_dim` 128, `index_topk` 512, and token-id prompts of
 1536 tokens, so prefill takes the sparse path.
