@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.plugin.conftest import REPO
+from tests.plugin.conftest import REPO, run_vllm
 
 sys.path.insert(0, str(REPO / "images" / "vllm-patches" / "proof"))
 
@@ -53,3 +53,18 @@ def test_the_same_seed_writes_the_same_bytes(tiny8: Path, tmp_path: Path) -> Non
     digest = [hashlib.sha256((d / "model.safetensors").read_bytes()).hexdigest() for d in (tiny8, again)]
     assert digest[0] == digest[1]
     assert json.loads((again / "config.json").read_text())["index_topk_freq"] == 4
+
+
+def test_vllm_0_26_reads_the_written_model_as_glm5_with_sparse_mla_and_the_reuse_rule(tiny8: Path) -> None:
+    code = f"""
+from vllm.config import ModelConfig
+m = ModelConfig(model={str(tiny8)!r}, skip_tokenizer_init=True, dtype="bfloat16", max_model_len=4096)
+c = m.hf_config
+result.update(arch=m.architectures, mla=m.is_deepseek_mla, head=m.get_head_size(),
+              rule=[c.index_topk_freq, c.index_skip_topk_offset, c.index_topk])
+"""
+    out = run_vllm("0.26.0", code)
+    assert not out.get("error"), out.get("stderr")
+    assert out["arch"] == ["GlmMoeDsaForCausalLM"] and out["mla"] is True
+    assert out["head"] == 576  # kv_lora_rank 512 + RoPE 64: what the sparse MLA backends take
+    assert out["rule"] == [4, 3, 512]
