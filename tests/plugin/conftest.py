@@ -42,6 +42,39 @@ def vllm_version(request: pytest.FixtureRequest) -> str:
 
 RunInVllm = Callable[..., dict[str, Any]]
 
+# vLLM 0.26.0's CUDA DSA module (vllm.models.deepseek_v32.nvidia.model) builds compile-fusion pattern matchers at
+# import from ops of vLLM's compiled extension (vllm/compilation/passes/fusion/matcher_utils.py:32 and the modules it
+# imports), which this CPU environment does not have; a GPU build has them. Declaring the op names (no kernel) lets the
+# module import so its class can be wrapped and checked; no test calls them. 0.27.1 and later import without them.
+COMPILED_OPS_AT_IMPORT = {
+    "0.26.0": (
+        "rotary_embedding",
+        "static_scaled_fp8_quant",
+        "dynamic_scaled_fp8_quant",
+        "dynamic_per_token_scaled_fp8_quant",
+        "silu_and_mul",
+        "fused_add_rms_norm",
+        "rms_norm_static_fp8_quant",
+        "fused_add_rms_norm_static_fp8_quant",
+        "rms_norm_dynamic_per_token_quant",
+    ),
+}
+
+
+def compiled_op_stubs(version: str) -> str:
+    """Code declaring the vLLM compiled ops `version` reads at import, where vllm._C is absent."""
+    names = COMPILED_OPS_AT_IMPORT.get(version, ())
+    if not names:
+        return ""
+    # Looked up on disk: importing vllm here would set up its logging before the test code runs.
+    return (
+        "import glob as _g, os as _os, torch as _t\n"
+        "if not any(_g.glob(_os.path.join(_p, 'vllm', '_C*.so')) for _p in sys.path):\n"
+        "    _stub_lib = _t.library.Library('_C', 'FRAGMENT')\n"
+        f"    for _name in {names!r}:\n"
+        "        _stub_lib.define(_name + '(Tensor x) -> ()')\n"
+    )
+
 
 def run_vllm(
     version: str,
@@ -54,7 +87,8 @@ def run_vllm(
     """Run `code` in a fresh interpreter that imports the real vLLM `version`; `code` sets `result` (JSON)."""
     root = vllm_source(version)
     path = [root, *(extra_path or []), *([PLUGIN_SRC] if plugin_src else [])]
-    script = "import json, sys\nresult = {}\n" + code + "\nprint('@@RESULT@@' + json.dumps(result))\n"
+    script = "import json, sys\nresult = {}\n" + compiled_op_stubs(version) + code
+    script += "\nprint('@@RESULT@@' + json.dumps(result))\n"
     full_env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(str(p) for p in path),

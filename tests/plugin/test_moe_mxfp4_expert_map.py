@@ -36,6 +36,12 @@ from tests.plugin.conftest import run_each_version, vllm_source
 REPO = Path(__file__).resolve().parents[2]
 PATCH = moe_patch.PATCH
 KERNEL_REMAPS_FROM = "0.32.0"
+INC_METHOD_FROM = "0.27.1"  # INC's W4A4 MXFP4 MoE method
+MARLIN_TAKES_ONE_SIDED_FROM = "0.27.1"  # 0.26.0's Marlin experts refuse FlashInfer NVLink one-sided too
+
+
+def _before(version: str, first: str) -> bool:
+    return Version.parse(version) < Version.parse(first)
 
 
 def _ctx(version: str, platform: str = "cuda", **env: str) -> Context:
@@ -97,7 +103,7 @@ def test_a_target_missing_from_a_source_tree_is_named(tmp_path: Path) -> None:
         ("0.33.0", "cuda", {}, True),
         ("0.31.0", "rocm", {}, False),
         ("0.31.0", "cpu", {}, False),
-        ("0.27.0", "cuda", {}, False),
+        ("0.25.0", "cuda", {}, False),
         ("0.31.0", "cuda", {"GLMOPS_PATCH_MOE_MXFP4_EXPERT_MAP": "off"}, False),
         ("0.31.0", "cuda", {"GLMOPS_MOE_MXFP4_BACKEND": "marlin"}, True),
     ],
@@ -234,7 +240,10 @@ from vllm.model_executor.layers.fused_moe.config import FusedMoEParallelConfig
 from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
 from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe import (
     compressed_tensors_moe_w4a4_mxfp4 as ct)
-from vllm.model_executor.layers.quantization.inc.schemes import inc_mxfp4_moe as inc
+try:
+    from vllm.model_executor.layers.quantization.inc.schemes import inc_mxfp4_moe as inc
+except ImportError:  # 0.26.0: INC has no MXFP4 MoE method
+    inc = None
 
 import logging
 LINES = []
@@ -258,7 +267,8 @@ result["version"] = str(V)
 # the switch and the platform guard leave vLLM untouched
 result["off"] = run(ctx(GLMOPS_PATCH_MOE_MXFP4_EXPERT_MAP="off"))
 result["rocm"] = run(ctx("rocm"))
-CT, INC = ct.CompressedTensorsW4A4Mxfp4MoEMethod, inc.INCMxfp4MoEMethod
+CT, INC = ct.CompressedTensorsW4A4Mxfp4MoEMethod, (inc.INCMxfp4MoEMethod if inc else None)
+result["inc_method"] = INC is not None
 result["untouched_after_skips"] = not marked(Cut.__dict__["apply"]) and not marked(CT.__init__)
 
 # a target missing in a supported version refuses loudly, before anything is changed
@@ -298,7 +308,7 @@ first = Cut.__dict__["apply"]
 result["again"] = run(ctx())
 result["wrapped_once"] = Cut.__dict__["apply"] is first and not marked(getattr(first, "__wrapped__", None))
 result["apply_marked"] = marked(Cut.__dict__["apply"])
-result["inits_marked"] = [marked(CT.__init__), marked(INC.__init__)]
+result["inits_marked"] = [marked(CT.__init__), *([marked(INC.__init__)] if INC else [])]
 result["parallel_after"] = {b: bool(Cut._supports_parallel_config(pc(b))) for b in BACKENDS}
 
 # the wrapped apply, EP=2, with a recorder standing in for the CUTLASS kernel call
@@ -356,7 +366,7 @@ def build(cls, backend, dp=2):
         return {"refused": str(exc)}
     marlin_backend = m.mxfp4_backend == Mxfp4MoeBackend.MARLIN
     return {"experts": m.experts_cls.__name__, "cutlass": m.use_cutlass_mxfp4, "marlin_backend": marlin_backend}
-METHODS = {"ct": CT, "inc": INC}
+METHODS = {"ct": CT, **({"inc": INC} if INC else {})}
 def choices():  # EP=2 with DP=2 (all-to-all kernels built), and DP=1 (tensor-only EP) for the batched layouts
     out = {f"{k}/{b}": build(c, b) for k, c in METHODS.items() for b in BACKENDS}
     out.update({f"{k}/{b}/dp1": build(c, b, dp=1) for k, c in METHODS.items() for b in BATCHED})
@@ -408,7 +418,8 @@ def test_real_vllm_applies_once_and_logs_one_line(runtime: dict, version: str) -
     res = _result(runtime, version)
     assert res["applied"]["applied"] is True and res["again"]["applied"] is True
     assert res["wrapped_once"] is True
-    assert res["inits_marked"] == [True, True]
+    assert res["inc_method"] is not _before(version, INC_METHOD_FROM)
+    assert res["inits_marked"] == [True] * (1 + res["inc_method"])
     lines = [line for line in res["log_lines"] if line.startswith("glmops patch moe-mxfp4-expert-map (vllm-58729)")]
     # One line per apply_patches call that applied it: cutlass, again, and the marlin switch later in the script.
     assert sum(" applied: " in line for line in lines) == 3
@@ -448,7 +459,7 @@ LAYOUT = "cannot take this all-to-all layout"  # the CUTLASS refusal (the switch
 NEITHER = "neither the CUTLASS nor the Marlin"  # no experts choice helps: only another all-to-all backend does
 # What a W4A4 MXFP4 method built on a CUTLASS-capable GPU ends up with, per GLMOPS_MOE_MXFP4_BACKEND and
 # --all2all-backend, with EP=2 and DP=2 (all-to-all kernels built) or, for "/dp1", DP=1 (tensor-only EP).
-EXPECTED_CHOICE: dict[str, dict[str, dict[str, Any] | str]] = {
+_EXPECTED_CHOICE: dict[str, dict[str, dict[str, Any] | str]] = {
     "cutlass": {
         "allgather_reducescatter": CUTLASS,
         "deepep_v2": CUTLASS,
@@ -470,6 +481,18 @@ EXPECTED_CHOICE: dict[str, dict[str, dict[str, Any] | str]] = {
 }
 
 
+def expected_choice(switch: str, version: str) -> dict[str, dict[str, Any] | str]:
+    expected = dict(_EXPECTED_CHOICE[switch])
+    if switch == "marlin" and _before(version, MARLIN_TAKES_ONE_SIDED_FROM):
+        expected["flashinfer_nvlink_one_sided"] = NEITHER
+    return expected
+
+
+def marlin_rejects(backend: str, version: str) -> bool:
+    one_sided = backend == "flashinfer_nvlink_one_sided" and _before(version, MARLIN_TAKES_ONE_SIDED_FROM)
+    return backend in ("flashinfer_nvlink_two_sided", "flashinfer_all2allv") or one_sided
+
+
 @pytest.mark.parametrize("version", PROVEN_VERSIONS)
 def test_real_vllm_reads_deepep_ll_and_nixl_ep_as_batched_only_with_data_parallel_and_both_experts_as_standard(
     runtime: dict, version: str
@@ -489,10 +512,12 @@ def test_real_vllm_methods_refuse_layouts_their_experts_cannot_take_and_the_swit
 ) -> None:
     res = _result(runtime, version)
     choice = res[f"choice_{switch}"]
-    for method in ("ct", "inc"):
+    methods = ("ct", "inc") if res["inc_method"] else ("ct",)
+    assert {key.split("/")[0] for key in choice} == set(methods)
+    for method in methods:
         got = {key.removeprefix(f"{method}/"): value for key, value in choice.items() if key.startswith(f"{method}/")}
-        assert got.keys() == EXPECTED_CHOICE[switch].keys()
-        for layout, expected in EXPECTED_CHOICE[switch].items():
+        assert got.keys() == expected_choice(switch, version).keys()
+        for layout, expected in expected_choice(switch, version).items():
             if isinstance(expected, dict):
                 assert got[layout] == expected, (method, layout)
                 continue
@@ -503,8 +528,7 @@ def test_real_vllm_methods_refuse_layouts_their_experts_cannot_take_and_the_swit
             assert "https://github.com/vllm-project/vllm/issues/58729" in message
             assert "Use --all2all-backend allgather_reducescatter" in message
             if expected == LAYOUT:  # Marlin is suggested only where it takes the layout (not FlashInfer two-sided)
-                two_sided = backend in ("flashinfer_nvlink_two_sided", "flashinfer_all2allv")
-                assert ("GLMOPS_MOE_MXFP4_BACKEND=marlin" in message) != two_sided, message
+                assert ("GLMOPS_MOE_MXFP4_BACKEND=marlin" in message) != marlin_rejects(backend, version), message
             if backend in BATCHED:
                 assert "batched" in message and "after loading every weight" in message
                 assert "deepep_high_throughput works with GLMOPS_MOE_MXFP4_BACKEND=marlin" in message

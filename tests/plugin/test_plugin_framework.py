@@ -117,7 +117,7 @@ def test_register_is_re_entrant_and_logs_one_line_per_patch(caplog: pytest.LogCa
 
 def test_an_unsupported_vllm_version_gets_no_patch_at_all() -> None:
     rec = Recorder()
-    out = plugin.apply_patches(ctx("0.26.0"), (rec.patch,))
+    out = plugin.apply_patches(ctx("0.25.0"), (rec.patch,))
     assert rec.calls == 0
     assert not out["demo-patch"].applied
     assert f"not a supported version ({SUPPORTED})" in out["demo-patch"].message

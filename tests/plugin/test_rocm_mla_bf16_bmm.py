@@ -50,6 +50,7 @@ def test_the_mla_layer_still_decides_by_the_two_instance_flags(vllm_version: str
 # --- the guard ----------------------------------------------------------------------------------------------------
 
 GUARD = [
+    ("0.26.0", "rocm", {}, True),
     ("0.27.1", "rocm", {}, True),
     ("0.30.0", "rocm", {}, True),
     ("0.31.0", "rocm", {}, True),

@@ -1,4 +1,4 @@
-"""The five admission decisions corrected from vLLM's source (docs/rules.md): (id, manifest, refusal or None).
+"""The admission decisions corrected from vLLM's source (docs/rules.md): (id, manifest, refusal or None).
 
 Shared by the webhook test on the real API server and the `glmctl validate` test, so both decide the same cases.
 """
@@ -61,5 +61,34 @@ SOURCE_CORRECTIONS = [
         .image("vllm/vllm-openai-rocm:v0.32.0")
         .remediation("Reject"),
         "re-quantizes the BF16 kv_b_proj of zai-org/GLM-5.3-BF16",
+    ),
+    (
+        "marlin-one-sided-0.26",
+        B("marlin-1s")
+        .model("RedHatAI/GLM-5.3-MXFP4")
+        .accelerator("GB200")
+        .data(8)
+        .expert()
+        .vllm("0.26.0")
+        .set("spec.engine.all2allBackend", "flashinfer_nvlink_one_sided")
+        .env("GLMOPS_MOE_MXFP4_BACKEND", "marlin"),
+        "neither the Cutlass nor the Marlin MXFP4 MoE experts take this all-to-all layout",
+    ),
+    (
+        "marlin-one-sided-0.27",
+        B("marlin-1s-027")
+        .model("RedHatAI/GLM-5.3-MXFP4")
+        .accelerator("GB200")
+        .data(8)
+        .expert()
+        .vllm("0.27.1")
+        .set("spec.engine.all2allBackend", "flashinfer_nvlink_one_sided")
+        .env("GLMOPS_MOE_MXFP4_BACKEND", "marlin"),
+        None,
+    ),
+    (
+        "batched-triton-0.26",
+        B("bt-026").accelerator("H200").tensor(8).vllm("0.26.0").set("spec.engine.moeBackend", "batched_triton"),
+        "batched_triton: not a value vLLM 0.26.0 accepts",
     ),
 ]

@@ -262,7 +262,7 @@ def test_the_simulator_knows_the_catalogs_amd_gpus() -> None:
     ],
     ids=["tp8", "dp8-ep", "tp8-ep-patched"],
 )
-@pytest.mark.parametrize("version", ["0.27.1", "0.30.0", "0.31.0", "0.32.0", "0.33.0"])
+@pytest.mark.parametrize("version", ["0.26.0", "0.27.1", "0.30.0", "0.31.0", "0.32.0", "0.33.0"])
 @pytest.mark.parametrize("gpu", ROCM_GPUS)
 def test_compressed_tensors_mxfp4_on_rocm_stops_after_loading_on_every_version(
     gpu: str, version: str, flags: tuple[str, ...], patches: tuple[str, ...]

@@ -40,8 +40,9 @@ def mxfp4_grid() -> list[tuple[str, B]]:
     ]
     backends = ["auto", "pplx", "deepep_high_throughput", "deepep_low_latency", "nixl_ep"]
     backends += ["flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided"]
-    images = [("0.30.0", False, False), ("0.32.0", False, False), ("0.33.0", False, False)]
+    images = [("0.26.0", False, False), ("0.30.0", False, False), ("0.32.0", False, False), ("0.33.0", False, False)]
     images += [("0.30.0", True, False), ("0.33.0", True, False), ("0.30.0", True, True), ("0.33.0", True, True)]
+    images += [("0.26.0", True, True)]  # 0.26.0's Marlin experts refuse FlashInfer one-sided too
     for (lname, layout), backend, (version, patched, marlin) in itertools.product(layouts, backends, images):
         b = layout(B().model("RedHatAI/GLM-5.3-MXFP4").expert().set("spec.engine.all2allBackend", backend))
         b = _image(b, "cuda", version, patched)
@@ -72,7 +73,7 @@ def mtp_grid() -> list[tuple[str, B]]:
         {"VLLM_ROCM_USE_AITER": "0"},
         {"VLLM_ROCM_USE_AITER_FP4BMM": "TRUE"},
     ]
-    images = [("0.27.1", False), ("0.32.0", False), ("0.33.0", False), ("0.30.0", True)]
+    images = [("0.26.0", False), ("0.27.1", False), ("0.32.0", False), ("0.33.0", False), ("0.30.0", True)]
     for model, (i, env), (version, patched) in itertools.product(models, enumerate(envs), images):
         b = B().model(model).accelerator("MI355X").tensor(8).data(2).expert().mtp(3)
         b = _image(b, "rocm", version, patched)

@@ -62,11 +62,12 @@ ALL2ALL_BACKENDS = Fact(
     id="all2all-backends",
     claim="The names `--all2all-backend` accepts (the `All2AllBackend` Literal).",
     since=(
-        ("0.27.1", _A2A),
+        ("0.26.0", _A2A),
         ("0.31.0", _with(_A2A, "moonep")),
         ("0.32.0", _with(_A2A, "moonep", "passthrough")),
     ),
     where={
+        "0.26.0": "config/parallel.py:40",
         "0.27.1": "config/parallel.py:42",
         "0.30.0": "config/parallel.py:42",
         "0.31.0": "config/parallel.py:44",
@@ -77,8 +78,9 @@ ALL2ALL_BACKENDS = Fact(
 ALL2ALL_CLI_REMOVED = Fact(
     id="all2all-cli-removed",
     claim="Literal names the command line removes from `--all2all-backend`'s choices (set by vLLM itself).",
-    since=(("0.27.1", frozenset[str]()), ("0.32.0", frozenset({"passthrough"}))),
+    since=(("0.26.0", frozenset[str]()), ("0.32.0", frozenset({"passthrough"}))),
     where={
+        "0.26.0": "engine/arg_utils.py (no removal)",
         "0.27.1": "engine/arg_utils.py (no removal)",
         "0.30.0": "engine/arg_utils.py (no removal)",
         "0.31.0": "engine/arg_utils.py (no removal)",
@@ -89,8 +91,9 @@ ALL2ALL_CLI_REMOVED = Fact(
 ALL2ALL_REWRITTEN = Fact(
     id="all2all-rewritten",
     claim="All-to-all backends vLLM replaces by `allgather_reducescatter` with a warning.",
-    since=(("0.27.1", frozenset({"pplx", "naive"})),),
+    since=(("0.26.0", frozenset({"pplx", "naive"})),),
     where={
+        "0.26.0": "config/parallel.py:448",
         "0.27.1": "config/parallel.py:467",
         "0.30.0": "config/parallel.py:501",
         "0.31.0": "config/parallel.py:507",
@@ -101,8 +104,9 @@ ALL2ALL_REWRITTEN = Fact(
 ALL2ALL_DEFAULT = Fact(
     id="all2all-default",
     claim="The all-to-all backend when none is given (`ParallelConfig.all2all_backend`).",
-    since=(("0.27.1", "allgather_reducescatter"),),
+    since=(("0.26.0", "allgather_reducescatter"),),
     where={
+        "0.26.0": "config/parallel.py:186",
         "0.27.1": "config/parallel.py:188",
         "0.30.0": "config/parallel.py:197",
         "0.31.0": "config/parallel.py:202",
@@ -143,14 +147,16 @@ _MOE_030 = _with(
 _MOE_032 = _with(_MOE_030, "flashinfer_moe_ep_cutedsl", "aiter_mega_moe", removed=("flashinfer_moe_ep_mega_cutedsl",))
 MOE_BACKENDS = Fact(
     id="moe-backends",
-    claim="The names `--moe-backend` accepts (the `MoEBackend` Literal).",
+    claim="The names `--moe-backend` accepts (the `MoEBackend` Literal; `batched_triton` from 0.27.1).",
     since=(
+        ("0.26.0", _with(_MOE, removed=("batched_triton",))),
         ("0.27.1", _MOE),
         ("0.30.0", _MOE_030),
         ("0.32.0", _MOE_032),
         ("0.33.0", _with(_MOE_032, "aiter_triton_mxfp4_mxfp4")),
     ),
     where={
+        "0.26.0": "config/kernel.py:122",
         "0.27.1": "config/kernel.py:122",
         "0.30.0": "config/kernel.py:125",
         "0.31.0": "config/kernel.py:118",
@@ -184,12 +190,13 @@ KV_CACHE_DTYPES = Fact(
     id="kv-cache-dtypes",
     claim="The names `--kv-cache-dtype` accepts (the `CacheDType` Literal).",
     since=(
-        ("0.27.1", _KV),
+        ("0.26.0", _KV),
         ("0.30.0", _KV_030),
         ("0.32.0", _with(_KV_030, "ultraquant_4bit")),
         ("0.33.0", _with(_KV_030, "ultraquant_4bit", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact")),
     ),
     where={
+        "0.26.0": "config/cache.py:19",
         "0.27.1": "config/cache.py:19",
         "0.30.0": "config/cache.py:39",
         "0.31.0": "config/cache.py:39",
@@ -207,8 +214,9 @@ MOE_USE_EP = Fact(
         "The MoE runs expert-parallel only when `--enable-expert-parallel` is set and data x prefill-context x "
         "tensor parallel > 1; otherwise the flag is silently ignored (`FusedMoEParallelConfig.make`)."
     ),
-    since=(("0.27.1", "dp_size_ * pcp_size_ * tp_size_ > 1 and vllm_parallel_config.enable_expert_parallel"),),
+    since=(("0.26.0", "dp_size_ * pcp_size_ * tp_size_ > 1 and vllm_parallel_config.enable_expert_parallel"),),
     where={
+        "0.26.0": f"{_FUSED_CONFIG}:1204",
         "0.27.1": f"{_FUSED_CONFIG}:1204",
         "0.30.0": f"{_FUSED_CONFIG}:1212",
         "0.31.0": f"{_FUSED_CONFIG}:1182",
@@ -223,8 +231,9 @@ MOE_ALL2ALL_KERNELS = Fact(
         "parallelism plus data or prefill-context parallelism or sequence-parallel MoE "
         "(`FusedMoEParallelConfig.use_all2all_kernels`)."
     ),
-    since=(("0.27.1", "self.use_ep and (self.dp_size > 1 or self.pcp_size > 1 or self.is_sequence_parallel)"),),
+    since=(("0.26.0", "self.use_ep and (self.dp_size > 1 or self.pcp_size > 1 or self.is_sequence_parallel)"),),
     where={
+        "0.26.0": f"{_FUSED_CONFIG}:1052",
         "0.27.1": f"{_FUSED_CONFIG}:1052",
         "0.30.0": f"{_FUSED_CONFIG}:1060",
         "0.31.0": f"{_FUSED_CONFIG}:1025",
@@ -241,11 +250,12 @@ MOE_SEQUENCE_PARALLEL_NEEDS = Fact(
     ),
     since=(
         (
-            "0.27.1",
+            "0.26.0",
             frozenset({"self.enable_expert_parallel", "self.tensor_parallel_size > 1", "self.data_parallel_size > 1"}),
         ),
     ),
     where={
+        "0.26.0": "config/parallel.py:654",
         "0.27.1": "config/parallel.py:673",
         "0.30.0": "config/parallel.py:715",
         "0.31.0": "config/parallel.py:719",
@@ -259,8 +269,9 @@ MOE_BATCHED_ALL2ALL = Fact(
         "All-to-all backends whose kernels use the batched activation format "
         "(`FusedMoEParallelConfig.use_batched_activation_format`)."
     ),
-    since=(("0.27.1", frozenset({"deepep_low_latency", "nixl_ep"})),),
+    since=(("0.26.0", frozenset({"deepep_low_latency", "nixl_ep"})),),
     where={
+        "0.26.0": f"{_FUSED_CONFIG}:1083",
         "0.27.1": f"{_FUSED_CONFIG}:1083",
         "0.30.0": f"{_FUSED_CONFIG}:1091",
         "0.31.0": f"{_FUSED_CONFIG}:1056",
@@ -276,7 +287,7 @@ CUTLASS_MXFP4_REJECTED_ALL2ALL = Fact(
         "`ep_size == 1` instead, a check the compressed-tensors MXFP4 path never runs before 0.32.0)."
     ),
     since=(
-        ("0.27.1", None),
+        ("0.26.0", None),
         (
             "0.32.0",
             frozenset(
@@ -290,6 +301,7 @@ CUTLASS_MXFP4_REJECTED_ALL2ALL = Fact(
         ),
     ),
     where={
+        "0.26.0": f"{_CUTLASS}:1031",
         "0.27.1": f"{_CUTLASS}:1031",
         "0.30.0": f"{_CUTLASS}:1039",
         "0.31.0": f"{_CUTLASS}:1038",
@@ -300,8 +312,9 @@ CUTLASS_MXFP4_REJECTED_ALL2ALL = Fact(
 CUTLASS_MXFP4_REMAPS = Fact(
     id="cutlass-mxfp4-remaps",
     claim="`run_cutlass_moe_mxfp4` takes `expert_map` (remaps global expert ids to local slots).",
-    since=(("0.27.1", False), ("0.32.0", True)),
+    since=(("0.26.0", False), ("0.32.0", True)),
     where={
+        "0.26.0": f"{_CUTLASS}:809",
         "0.27.1": f"{_CUTLASS}:809",
         "0.30.0": f"{_CUTLASS}:816",
         "0.31.0": f"{_CUTLASS}:815",
@@ -312,9 +325,16 @@ CUTLASS_MXFP4_REMAPS = Fact(
 _MARLIN = "model_executor/layers/fused_moe/experts/marlin_moe.py"
 MARLIN_REJECTED_ALL2ALL = Fact(
     id="marlin-rejected-all2all",
-    claim="All-to-all backends `MarlinExpertsBase._supports_parallel_config` rejects.",
-    since=(("0.27.1", frozenset({"flashinfer_nvlink_two_sided", "flashinfer_all2allv"})),),
+    claim=(
+        "All-to-all backends `MarlinExpertsBase._supports_parallel_config` rejects (0.26.0 also rejects the "
+        "FlashInfer NVLink one-sided kernels; 0.27.1 accepts them)."
+    ),
+    since=(
+        ("0.26.0", frozenset({"flashinfer_nvlink_two_sided", "flashinfer_all2allv", "flashinfer_nvlink_one_sided"})),
+        ("0.27.1", frozenset({"flashinfer_nvlink_two_sided", "flashinfer_all2allv"})),
+    ),
     where={
+        "0.26.0": f"{_MARLIN}:658",
         "0.27.1": f"{_MARLIN}:673",
         "0.30.0": f"{_MARLIN}:596",
         "0.31.0": f"{_MARLIN}:624",
@@ -325,8 +345,9 @@ MARLIN_REJECTED_ALL2ALL = Fact(
 MARLIN_NEEDS_CUDA = Fact(
     id="marlin-needs-cuda",
     claim="`MarlinExpertsBase._supports_current_device` requires CUDA (Marlin does not run on ROCm).",
-    since=(("0.27.1", True),),
+    since=(("0.26.0", True),),
     where={
+        "0.26.0": f"{_MARLIN}:610",
         "0.27.1": f"{_MARLIN}:624",
         "0.30.0": f"{_MARLIN}:559",
         "0.31.0": f"{_MARLIN}:587",
@@ -343,8 +364,9 @@ CT_MXFP4_EXPERTS = Fact(
         "`CompressedTensorsW4A4Mxfp4MoEMethod.__init__` picks `CutlassExpertsMxfp4` where the device supports it "
         "(CUDA SM100), XPU experts on XPU, and otherwise `MarlinExperts` (so ROCm gets Marlin)."
     ),
-    since=(("0.27.1", ("CutlassExpertsMxfp4", "XPUExpertsMxFp4", "MarlinExperts")),),
+    since=(("0.26.0", ("CutlassExpertsMxfp4", "XPUExpertsMxFp4", "MarlinExperts")),),
     where={
+        "0.26.0": f"{_CT_MXFP4}:45",
         "0.27.1": f"{_CT_MXFP4}:45",
         "0.30.0": f"{_CT_MXFP4}:47",
         "0.31.0": f"{_CT_MXFP4}:48",
@@ -358,8 +380,9 @@ CT_MXFP4_MOE_BACKENDS_READ = Fact(
         "The `--moe-backend` values `CompressedTensorsW4A4Mxfp4MoEMethod.__init__` compares against: `marlin` is "
         "not one of them, so it does not move this checkpoint off the Cutlass experts."
     ),
-    since=(("0.27.1", frozenset[str]()), ("0.30.0", frozenset({"b12x"}))),
+    since=(("0.26.0", frozenset[str]()), ("0.30.0", frozenset({"b12x"}))),
     where={
+        "0.26.0": f"{_CT_MXFP4}:45",
         "0.27.1": f"{_CT_MXFP4}:45",
         "0.30.0": f"{_CT_MXFP4}:47",
         "0.31.0": f"{_CT_MXFP4}:48",
@@ -383,10 +406,11 @@ AITER_SWITCH_DEFAULTS = Fact(
         "`os.getenv(NAME, default).lower() in ('true', '1')` (`vllm/envs.py`)."
     ),
     since=(
-        ("0.27.1", ((AITER, False), (AITER_FP4BMM, True), (AITER_FP8BMM, True))),
+        ("0.26.0", ((AITER, False), (AITER_FP4BMM, True), (AITER_FP8BMM, True))),
         ("0.33.0", ((AITER, False), (AITER_FP4BMM, False), (AITER_FP8BMM, False))),
     ),
     where={
+        "0.26.0": "envs.py:1186, envs.py:1251, envs.py:1246",
         "0.27.1": "envs.py:1192, envs.py:1263, envs.py:1258",
         "0.30.0": "envs.py:1231, envs.py:1312, envs.py:1307",
         "0.31.0": "envs.py:1263, envs.py:1359, envs.py:1354",
@@ -400,8 +424,9 @@ AITER_BMM_NEEDS_MASTER = Fact(
         "`rocm_aiter_ops.is_fp4bmm_enabled` / `is_fp8bmm_enabled` require the master switch `VLLM_ROCM_USE_AITER` "
         "(`_AITER_ENABLED`); FP4 also requires CDNA 4 (gfx950)."
     ),
-    since=(("0.27.1", True),),
+    since=(("0.26.0", True),),
     where={
+        "0.26.0": "_aiter_ops.py:1757, _aiter_ops.py:1752",
         "0.27.1": "_aiter_ops.py:1800, _aiter_ops.py:1795",
         "0.30.0": "_aiter_ops.py:2089, _aiter_ops.py:2084",
         "0.31.0": "_aiter_ops.py:2365, _aiter_ops.py:2360",
@@ -416,8 +441,9 @@ MLA_FP4BMM_NEEDS_BF16 = Fact(
         "BF16 (any BF16 `kv_b_proj`: BF16 checkpoints as much as BF16-attention MXFP4 ones); the FP8 BMM path has "
         "no dtype condition and takes over when FP4 is off."
     ),
-    since=(("0.27.1", "self.kv_b_proj.weight.dtype == torch.bfloat16"),),
+    since=(("0.26.0", "self.kv_b_proj.weight.dtype == torch.bfloat16"),),
     where={
+        "0.26.0": "model_executor/layers/attention/mla_attention.py:559",
         "0.27.1": "model_executor/layers/attention/mla_attention.py:571",
         "0.30.0": "model_executor/layers/attention/mla_attention.py:695",
         "0.31.0": "model_executor/layers/attention/mla_attention.py:713",
@@ -435,8 +461,9 @@ PP_DEFAULT_SPLIT = Fact(
         "`VLLM_PP_LAYER_PARTITION` only for the number of entries and their sum (an entry of 0 or below is not "
         "refused at start-up)."
     ),
-    since=(("0.27.1", frozenset({"count", "sum"})),),
+    since=(("0.26.0", frozenset({"count", "sum"})),),
     where={
+        "0.26.0": "distributed/utils.py:127",
         "0.27.1": "distributed/utils.py:127",
         "0.30.0": "distributed/utils.py:127",
         "0.31.0": "distributed/utils.py:128",
@@ -451,8 +478,9 @@ DSA_TOPK_REUSE = Fact(
         "`max(layer - index_skip_topk_offset + 1, 0) % index_topk_freq != 0` (defaults: freq 1, offset 2), in "
         "every module that runs `GlmMoeDsaForCausalLM`; this is `ModelInfo.computes_topk` negated."
     ),
-    since=(("0.27.1", (1, 2)),),
+    since=(("0.26.0", (1, 2)),),
     where={
+        "0.26.0": "model_executor/models/deepseek_v2.py:1088, models/deepseek_v32/nvidia/attention.py:213",
         "0.27.1": "model_executor/models/deepseek_v2.py:1104, models/deepseek_v32/attention.py:207",
         "0.30.0": "model_executor/models/deepseek_v2.py:1147, models/deepseek_v32/attention.py:171",
         "0.31.0": "model_executor/models/deepseek_v2.py:1150, models/deepseek_v32/attention.py:171",
@@ -469,8 +497,9 @@ HTTP_KEEP_ALIVE_S = Fact(
         "Seconds the OpenAI server keeps an idle keep-alive connection open (`VLLM_HTTP_TIMEOUT_KEEP_ALIVE`, "
         "passed to uvicorn's `timeout_keep_alive`); the canary client drops its idle connections sooner."
     ),
-    since=(("0.27.1", 5),),
+    since=(("0.26.0", 5),),
     where={
+        "0.26.0": "envs.py:1085",
         "0.27.1": "envs.py:1091",
         "0.30.0": "envs.py:1117",
         "0.31.0": "envs.py:1137",
@@ -488,8 +517,9 @@ NGRAM_LOOKUP_DEFAULTS = Fact(
         "methods and only when neither is given; one given fills the other, min above max is refused, and every "
         "other method sets both to 0 (so glmops refuses the bounds there)."
     ),
-    since=(("0.27.1", (5, 5)),),
+    since=(("0.26.0", (5, 5)),),
     where={
+        "0.26.0": "config/speculative.py:739",
         "0.27.1": "config/speculative.py:750",
         "0.30.0": "config/speculative.py:1177",
         "0.31.0": "config/speculative.py:1191",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -78,11 +79,17 @@ operator created (`kubectl -n glmops-system delete secret <fullname>-webhook-cer
 """
 
 
-def _patches_md(_root: Path) -> str:
-    # The plugin's registry is the one source; it is installed beside the operator in the dev venv only.
-    from glmops_vllm_patches.docs import render_registry_md
+PROOF = Path("images/vllm-patches/proof")
 
-    return render_registry_md()
+
+def _patches_md(root: Path) -> str:
+    # The plugin's registry is the one source; it is installed beside the operator in the dev venv only. The real-kernel
+    # proof's figures come only from its committed result files.
+    from glmops_vllm_patches.docs import render_proof_md, render_registry_md
+
+    results = [json.loads(p.read_text()) for p in sorted((root / PROOF / "results").glob("*.json"))]
+    wheels = [line.split("#")[0].strip() for line in (root / PROOF / "requirements-gpu.txt").read_text().splitlines()]
+    return render_registry_md() + render_proof_md(results, [w for w in wheels if w])
 
 
 def _values(root: Path) -> str:

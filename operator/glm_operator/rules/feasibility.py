@@ -187,7 +187,10 @@ def mxfp4_moe_layout(ctx: Context) -> list[Finding]:
     batched = backend in facts.MOE_BATCHED_ALL2ALL.at(ctx.version)
     if not batched and backend not in facts.MARLIN_REJECTED_ALL2ALL.at(ctx.version):
         return []
-    layout = "the batched activation format" if batched else "the FlashInfer two-sided layout"
+    one_sided = backend == "flashinfer_nvlink_one_sided"  # refused by the Marlin experts of 0.26.0
+    layout = (
+        "the batched activation format" if batched else f"the FlashInfer {'one' if one_sided else 'two'}-sided layout"
+    )
     return [
         _f(
             "moe-layout",

@@ -54,7 +54,7 @@ def vllm_58729(ctx: Context, rule: RuleInfo) -> list[Finding]:
     rejected = facts.MARLIN_REJECTED_ALL2ALL.at(ctx.version) if marlin else _cutlass_rejects()
     if backend not in rejected and not batched:
         return []
-    return [_layout_finding(ctx, rule.id, rule.upstream, backend, patched=patched, batched=batched)]
+    return [_layout_finding(ctx, rule.id, rule.upstream, backend, patched=patched, batched=batched, marlin=marlin)]
 
 
 def _misroute_finding(ctx: Context, rule_id: str, upstream: str) -> Finding:
@@ -86,14 +86,17 @@ def _cutlass_rejects() -> frozenset[str]:
 
 
 def _layout_finding(
-    ctx: Context, rule_id: str, upstream: str, backend: str, *, patched: bool, batched: bool
+    ctx: Context, rule_id: str, upstream: str, backend: str, *, patched: bool, batched: bool, marlin: bool
 ) -> Finding:
-    why = (
-        "this all-to-all layout uses the batched activation format, which neither the Cutlass nor the Marlin MXFP4 "
-        "experts take"
-        if batched
-        else "the Cutlass MXFP4 MoE experts cannot take this all-to-all layout"
-    )
+    if batched:
+        why = (
+            "this all-to-all layout uses the batched activation format, which neither the Cutlass nor the Marlin "
+            "MXFP4 experts take"
+        )
+    elif marlin:  # the switch moved the MoE to Marlin, which refuses this layout too (marlin-rejected-all2all)
+        why = "neither the Cutlass nor the Marlin MXFP4 MoE experts take this all-to-all layout"
+    else:
+        why = "the Cutlass MXFP4 MoE experts cannot take this all-to-all layout"
     outcome = (
         "glmops' patch refuses to start the server"
         if patched
@@ -267,7 +270,7 @@ VLLM_58729 = RuleInfo(
     title="MXFP4 MoE on Blackwell ignores the expert map under expert parallelism",
     upstream="https://github.com/vllm-project/vllm/issues/58729",
     affected=(
-        "0.27.1-0.31.x: compressed-tensors W4A4 MXFP4 checkpoint, SM100-family GPU, expert parallelism "
+        "0.26.0-0.31.x: compressed-tensors W4A4 MXFP4 checkpoint, SM100-family GPU, expert parallelism "
         "with TP x DP > 1 (--moe-backend marlin does not avoid it). Every version, with expert and data "
         "parallelism: the DeepEP high-throughput and FlashInfer NVLink all-to-all layouts, which the Cutlass "
         "MXFP4 experts cannot take, and the batched layouts of DeepEP low-latency and nixl_ep, which neither "
@@ -277,8 +280,8 @@ VLLM_58729 = RuleInfo(
     remedy=(
         "glmops' patched image (engine.vllmVersion without engine.image), vLLM >= 0.32.0, or tensor "
         "instead of expert parallelism; with an all-to-all layout the experts cannot take, allgather_reducescatter "
-        "(auto), or for DeepEP high-throughput and FlashInfer NVLink one-sided the patched image with engine.env "
-        "GLMOPS_MOE_MXFP4_BACKEND=marlin."
+        "(auto), or for DeepEP high-throughput and (0.27.1+) FlashInfer NVLink one-sided the patched image with "
+        "engine.env GLMOPS_MOE_MXFP4_BACKEND=marlin."
     ),
     remove_when="No supported vLLM version picks the Cutlass MXFP4 experts without honouring expert_map.",
     condition=(

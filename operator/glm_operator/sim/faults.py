@@ -19,6 +19,7 @@ from glm_operator.catalog.models import ModelInfo, load_models
 from glm_operator.catalog.versions import Version
 
 FAULTS = ("none", "garbled", "null-content", "stale-topk", "mtp-zero")
+V0_27_1 = Version.parse("0.27.1")
 V0_32 = Version.parse("0.32.0")
 V0_33 = Version.parse("0.33.0")
 MXFP4_W4A4 = "compressed-tensors-mxfp4-w4a4"
@@ -86,6 +87,11 @@ MXFP4_EP_SM100: dict[str, dict[str | None, Outcome]] = {
         **dict.fromkeys(("deepep-ht", "fi-two-sided", "fi-one-sided", "batched"), PATCH_REFUSES),
     },
     "patched, marlin": {None: SERVES, **dict.fromkeys(("fi-two-sided", "batched"), PATCH_REFUSES)},
+    # 0.26.0's MarlinExperts refuse the one-sided layout too (marlin_moe.py:658), so the patch refuses it as well.
+    "patched, marlin < 0.27.1": {
+        None: SERVES,
+        **dict.fromkeys(("fi-two-sided", "fi-one-sided", "batched"), PATCH_REFUSES),
+    },
 }
 ROCM_MXFP4_MARLIN = Outcome(
     error="AttributeError: '_OpNamespace' '_C' object has no attribute 'gptq_marlin_repack' (the compressed-tensors "
@@ -182,13 +188,19 @@ def mxfp4_moe_on_rocm(r: Resolved) -> Outcome | None:
     return None
 
 
+def marlin_refused_layouts(version: Version) -> tuple[str, ...]:
+    """The all-to-all layouts MarlinExpertsBase._supports_parallel_config refuses: FlashInfer two-sided, and in
+    0.26.0 one-sided as well (0.27.1 accepts one-sided)."""
+    return ("fi-two-sided",) if version >= V0_27_1 else ("fi-two-sided", "fi-one-sided")
+
+
 def mxfp4_marlin_under_ep(r: Resolved) -> Outcome | None:
     """Off SM100 the W4A4 MXFP4 method runs plain MarlinExperts (standard format, no FlashInfer two-sided), in every
     version and with or without glmops' patch (which only steps in where CUTLASS was picked)."""
     if not (r.model and r.model.format == MXFP4_W4A4 and r.gpu and r.gpu.platform == "cuda"):
         return None
     layout = LAYOUTS.get(r.all2all_kernels or "")
-    if r.gpu.arch_family == "sm100" or layout not in ("batched", "fi-two-sided"):
+    if r.gpu.arch_family == "sm100" or layout not in ("batched", *marlin_refused_layouts(r.version)):
         return None
     why = "('batched_experts',) activation format" if layout == "batched" else "parallel config"
     return Outcome(
@@ -203,7 +215,8 @@ def mxfp4_experts_under_ep(r: Resolved) -> Outcome | None:
         return None
     if MXFP4_PATCH in r.launch.patches:
         marlin = r.launch.env.get(MXFP4_PATCH_BACKEND, "").strip().lower() == "marlin"
-        row = MXFP4_EP_SM100["patched, marlin" if marlin else "patched, cutlass"]
+        marlin_row = "patched, marlin" if r.version >= V0_27_1 else "patched, marlin < 0.27.1"
+        row = MXFP4_EP_SM100[marlin_row if marlin else "patched, cutlass"]
     else:
         row = MXFP4_EP_SM100["stock < 0.32" if r.version < V0_32 else "stock >= 0.32"]
     backend = r.all2all_kernels

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from glmops_vllm_patches.registry import PATCHES
 from glmops_vllm_patches.version import PROVEN_VERSIONS, SUPPORTED
 
@@ -42,3 +45,103 @@ def render_registry_md() -> str:
             f"- Remove when: {i.remove_when}\n"
         )
     return "".join(out)
+
+
+_PROOF = """
+## Proof on real kernels: vllm-63170 on two GPUs
+
+The tests above prove every patch against the sources of each supported vLLM, and its logic numerically with stub
+models on the CPU. `images/vllm-patches/proof/dsa_pp_real.py` shows the upstream failure itself on real vLLM kernels,
+and shows it gone with the patch: a GLM-5 DSA model whose layers 3, 4, 5 and 7 reuse the top-k indices of the last
+computing layer (`index_topk_freq` 4, `index_skip_topk_offset` 3, as GLM-5.2/5.3), served by vLLM 0.26.0 or later
+with pipeline parallelism 2. Each run is compared with PP=1 (its maximum absolute difference of prompt logprobs,
+and whether the greedy tokens are the same), against a noise floor of two PP=1 runs:
+
+- `pp2-default`: vLLM's default split starts stage 2 on a reuse layer (layer 4 of 8; layer 39 of 78): stage 2
+  attends with stale indices, so it must differ from PP=1 well beyond the noise floor;
+- `pp2-safe`: `VLLM_PP_LAYER_PARTITION` set to the partition glmops' admission proposes (the rule's own
+  `balanced_partition`: 2,6 and 38,40): every stage starts on a computing layer, so it must match PP=1;
+- `pp2-plugin`: the default split with the glmops plugin loaded by vLLM's plugin loader (only
+  `dsa-pp-topk-handoff` on): the rows cross the stage boundary, so it must match PP=1.
+
+Two models: `tiny8` (8 layers, 44.6 M parameters) and `glm78` (GLM-5.x's 78-layer pattern, 341.5 M), both with
+seeded weights of standard deviation 0.02 written by `transformers` (vLLM's dummy weights are too uniform to show
+the bug), dense MLPs, `kv_lora_rank` 512, RoPE 64, `index_head_dim` 128, `index_topk` 512, and token-id prompts of
+1536 tokens, so prefill takes the sparse path.
+
+How to run it, on a machine with two GPUs (about five vLLM starts per model):
+
+```sh
+python images/vllm-patches/proof/dsa_pp_real.py --check-env      # what the machine lacks, if anything
+python images/vllm-patches/proof/dsa_pp_real.py --variant tiny8   # then --variant glm78 (or --variant all)
+python images/vllm-patches/proof/dsa_pp_judge.py images/vllm-patches/proof/results/*.json   # exit 0: proven
+```
+
+Each start runs in its own process; runs already measured in `--work` (default `$TMPDIR/glmops-dsa-proof`) are
+reused, so a model can be finished over several commands (`--runs pp2-safe pp2-plugin`). The results go to
+`images/vllm-patches/proof/results/<model>.json`: per run the split, the difference, the tokens and the glmops log
+lines, plus the GPUs, the driver, the vLLM, torch and transformers versions and the judge's verdict. Commit them
+and run `glmctl generate`: the table below is written from those files, and `tests/unit/test_proof_dsa_pp.py`
+re-judges every committed file.
+
+The GPU machine needs no network: the model is written there, and the Python packages are brought as wheels.
+Besides the torch build vLLM's wheel pins (2.11.0 for vLLM 0.26.0) and vLLM itself (installed with `--no-deps`),
+`images/vllm-patches/proof/requirements-gpu.txt` lists what the proof and vLLM's offline path import at module level
+(read from vLLM 0.26.0's source; 62 wheels with their dependencies in an empty environment), with the commands to
+download and install them: {offline}. `--check-env` imports that path in a fresh process and names whatever is still
+missing. Two start-up details: the proof sets `VLLM_USE_FLASHINFER_SAMPLER=0` (FlashInfer is not needed), and
+vLLM's structured-output backends (llguidance, xgrammar) may need their packages to import.
+"""
+
+_NOT_MEASURED = """
+### Measured results
+
+> **Not measured yet.** No result file is committed under `images/vllm-patches/proof/results/`. This section is
+> written from those files by `glmctl generate`; no figure here is typed by hand.
+"""
+
+
+def _figure(value: object) -> str:
+    return "-" if value is None else f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _result_md(doc: Mapping[str, Any]) -> str:
+    machine, versions, verdict = doc.get("machine", {}), doc.get("versions", {}), doc.get("verdict", {})
+    gpus = machine.get("gpus", [])
+    names = sorted({g.get("name", "?") for g in gpus})
+    head = (
+        f"\n#### `{doc.get('variant')}`: {doc['model']['layers']} layers, computing layers "
+        f"{', '.join(map(str, doc['model']['computing_layers']))}\n\n"
+        f"{len(gpus)} x {' + '.join(names)} (CUDA {machine.get('cuda')}, driver {machine.get('driver')}); "
+        f"vLLM {versions.get('vllm')}, torch {versions.get('torch')}, transformers {versions.get('transformers')}; "
+        f"glmops {versions.get('glmops_commit') or 'working tree'}. Noise floor (PP=1 twice): "
+        f"{_figure(verdict.get('noise_floor'))}. Verdict: **{'pass' if verdict.get('passed') else 'FAIL'}**.\n\n"
+        "| run | split | stage 2 starts on | plugin | max abs difference of prompt logprobs | generated tokens |\n"
+        "|---|---|---|---|---|---|\n"
+    )
+    computing = set(doc["model"]["computing_layers"])
+    rows = []
+    for run in doc.get("runs", []):
+        starts = run.get("stage_starts", [])[1:]
+        start = ", ".join(f"{s} ({'computes' if s in computing else 'reuse'})" for s in starts) or "-"
+        if run.get("error"):
+            tokens = f"error: {str(run['error']).splitlines()[0]}"
+        elif run.get("tokens_identical") is None:
+            tokens = "reference"
+        elif run["tokens_identical"]:
+            tokens = "identical"
+        else:
+            tokens = f"differ from token {run.get('first_differing_token')}"
+        split, plugin = ",".join(map(str, run.get("split", []))), "yes" if run.get("plugin") else "no"
+        diff = _figure(run.get("max_abs_logprob_diff"))
+        rows.append(f"| {run['name']} | {split} | {start} | {plugin} | {diff} | {tokens} |\n")
+    problems = "".join(f"- {p}\n" for p in verdict.get("problems", []))
+    return head + "".join(rows) + (f"\nWhat the judge found:\n\n{problems}" if problems else "")
+
+
+def render_proof_md(results: Sequence[Mapping[str, Any]], offline: Sequence[str] = ()) -> str:
+    """The real-kernel proof section, its measured results written from the committed result files only."""
+    out = _PROOF.format(offline=", ".join(f"`{name}`" for name in offline) or "see `--check-env`")
+    if not results:
+        return out + _NOT_MEASURED
+    return out + "\n### Measured results\n" + "".join(_result_md(doc) for doc in results)

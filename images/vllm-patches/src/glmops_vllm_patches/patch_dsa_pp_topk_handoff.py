@@ -7,7 +7,8 @@ reuse layer reads stale rows (the previous batch's, or uninitialised memory): fl
 
 What this patch changes, on the classes vLLM builds for GLM-5.x on the platform (the generic
 `deepseek_v2.GlmMoeDsaForCausalLM` and the platform's `deepseek_v32` `DeepseekV32ForCausalLM`; which of the two
-the registry picks moved between 0.27.1 and 0.31.0, both are wrapped, the unused one stays idle):
+the registry picks moved between 0.27.1 and 0.31.0, both are wrapped, the unused one stays idle; 0.26.0 has no ROCm
+`deepseek_v32` module, so there only the generic class, the one its registry picks, is wrapped):
 - `__init__` (after vLLM's): work out from the config's skip rule and the stage's layer range whether this stage
   receives rows (not first, first layer reuses) and whether it sends them (the next stage's first layer reuses);
   find the stage's top-k buffer; where it receives, make `make_empty_intermediate_tensors` pre-allocate the key
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from glmops_vllm_patches.base import Context, Patch, PatchInfo, PatchTargetMissing, Target, install, mark, marked
-from glmops_vllm_patches.version import VersionRange
+from glmops_vllm_patches.version import Version, VersionRange
 
 log = logging.getLogger("vllm.glmops_patches")
 
@@ -57,7 +58,7 @@ INFO = PatchInfo(
         "make_empty_intermediate_tensors and copies the received rows into its buffer before its first layer. "
         "vLLM's TP split of the tensor dict is kept (the rows are replicated across TP ranks)."
     ),
-    affected=VersionRange("0.27.1"),
+    affected=VersionRange("0.26.0"),
     platforms=("cuda", "rocm"),
     remove_when=(
         "a vLLM release passes the DSA top-k rows across pipeline stages itself (vllm-project/vllm#59961 or its "
@@ -70,24 +71,33 @@ STATE_ATTR = "_glmops_topk_handoff"
 
 _BASE = "vllm.model_executor.models.deepseek_v2"
 _FORWARD_PARAMS = ("input_ids", "positions", "intermediate_tensors", "inputs_embeds")
-# The platform's DSA module. The registry sends GlmMoeDsaForCausalLM to deepseek_v2 on every platform in 0.27.1; from
-# 0.30.0 to vllm.models.deepseek_v32, whose __init__ picks nvidia on CUDA and, from 0.31.0, amd on ROCm (ROCm 0.30.0
-# falls back to deepseek_v2).
+# The platform's DSA module. The registry sends GlmMoeDsaForCausalLM to deepseek_v2 on every platform in 0.26.0 and
+# 0.27.1; from 0.30.0 to vllm.models.deepseek_v32, whose __init__ picks nvidia on CUDA and, from 0.31.0, amd on ROCm
+# (ROCm 0.30.0 falls back to deepseek_v2). 0.26.0 has no amd module: its deepseek_v32 refuses ROCm at import.
 _DSA_CLASS = {
     "cuda": Target("vllm.models.deepseek_v32.nvidia.model", "DeepseekV32ForCausalLM"),
     "rocm": Target("vllm.models.deepseek_v32.amd.model", "DeepseekV32ForCausalLM"),
 }
+_ROCM_DSA_MODULE_SINCE = Version.parse("0.27.1")
 _REGISTRY = Target("vllm.model_executor.models.registry", "_TEXT_GENERATION_MODELS")
 # Where the registry may send GlmMoeDsaForCausalLM: both are covered by the wrapped classes above.
 _KNOWN_GLM_MODULES = ("deepseek_v2", "vllm.models.deepseek_v32")
 
 
+def _platform_class(ctx: Context) -> Target | None:
+    """The platform's deepseek_v32 class, where the version has one for the platform."""
+    if ctx.platform == "rocm" and ctx.version < _ROCM_DSA_MODULE_SINCE:
+        return None
+    return _DSA_CLASS[ctx.platform]
+
+
 def targets(ctx: Context) -> tuple[Target, ...]:
+    platform_class = _platform_class(ctx)
     return (
         Target(_BASE, "DeepseekV2ForCausalLM.__init__", ("vllm_config",)),
         Target(_BASE, "DeepseekV2ForCausalLM.forward", _FORWARD_PARAMS),
         Target(_BASE, "GlmMoeDsaForCausalLM"),
-        _DSA_CLASS[ctx.platform],
+        *((platform_class,) if platform_class else ()),
         Target("vllm.sequence", "IntermediateTensors"),
         _REGISTRY,
     )
@@ -101,7 +111,8 @@ def apply(ctx: Context, found: Mapping[Target, Any]) -> str:
             f"({', '.join(_KNOWN_GLM_MODULES)})"
         )
     intermediate_cls = found[Target("vllm.sequence", "IntermediateTensors")]
-    classes = [found[Target(_BASE, "GlmMoeDsaForCausalLM")], found[_DSA_CLASS[ctx.platform]]]
+    platform_class = _platform_class(ctx)
+    classes = [found[Target(_BASE, "GlmMoeDsaForCausalLM")], *([found[platform_class]] if platform_class else [])]
     wrapped = [f"{c.__module__}.{c.__qualname__}" for c in classes if _wrap_class(c, intermediate_cls)]
     names = ", ".join(wrapped) or "nothing new (already wrapped)"
     return (

@@ -1,10 +1,10 @@
 """Patch `moe-mxfp4-expert-map` (vllm-58729): MXFP4 MoE on Blackwell must honour the expert map under EP.
 
-vLLM 0.27.1-0.31.x: `CutlassExpertsMxfp4.apply` gets `expert_map` and ignores it, so global expert ids index the
+vLLM 0.26.0-0.31.x: `CutlassExpertsMxfp4.apply` gets `expert_map` and ignores it, so global expert ids index the
 rank's local weights and the MoE answers with the wrong experts, silently. Here the wrapper maps the ids to local
 slots first (routes to experts on other ranks: a valid dummy slot and weight 0, see `ops_moe`).
 
-Every supported version: the compressed-tensors and INC W4A4 MXFP4 methods pick the CUTLASS experts by device
+Every supported version: the compressed-tensors and (0.27.1+) INC W4A4 MXFP4 methods pick the CUTLASS experts by device
 capability alone. The wrapped `__init__` then (a) refuses, at model construction and with the flag and the fix,
 the all-to-all backends whose token layout the CUTLASS kernel cannot take (DeepEP high-throughput, FlashInfer NVLink;
 vLLM 0.32.0 added this check to the kernel, 0.32/0.33 fail only after loading every weight, with no fix named),
@@ -38,7 +38,7 @@ INFO = PatchInfo(
     ),
     why=(
         "A compressed-tensors (or INC) W4A4 MXFP4 MoE checkpoint such as GLM-5.3-MXFP4 on SM100-family GPUs with "
-        "expert parallelism: on vLLM 0.27.1-0.31.x CutlassExpertsMxfp4 ignores expert_map, so global expert ids "
+        "expert parallelism: on vLLM 0.26.0-0.31.x CutlassExpertsMxfp4 ignores expert_map, so global expert ids "
         "index local weights and every MoE layer answers with the wrong experts (GSM8K near 0 %, no NaN, /health "
         "green). The methods pick CUTLASS by device capability alone and ignore --moe-backend marlin. On 0.32.0+ "
         "the kernel remaps ids but rejects the DeepEP high-throughput and FlashInfer NVLink all-to-all backends; "
@@ -51,13 +51,14 @@ INFO = PatchInfo(
         "slot 0 and weight 0; rows with no local route are zeroed when the router weight is applied on the input) "
         "and let _supports_parallel_config accept EP except DeepEP HT/FlashInfer NVLink, as 0.32.0 does; skipped "
         "where run_cutlass_moe_mxfp4 already takes expert_map. All versions: wrap the W4A4 MXFP4 methods' "
-        "__init__ (compressed-tensors, INC): a CUTLASS choice with DeepEP HT or FlashInfer NVLink all-to-all is "
-        "refused at model construction naming --all2all-backend and the fix; GLMOPS_MOE_MXFP4_BACKEND=marlin "
+        "__init__ (compressed-tensors; INC from 0.27.1): a CUTLASS choice with DeepEP HT or FlashInfer NVLink "
+        "all-to-all is refused at model construction naming --all2all-backend and the fix; "
+        "GLMOPS_MOE_MXFP4_BACKEND=marlin "
         "(default cutlass) moves a CUTLASS choice to MarlinExperts; with either value a CUTLASS choice with a "
         "batched all-to-all layout (FusedMoEParallelConfig.use_batched_activation_format: DeepEP low-latency, "
         "NIXL EP) is refused too (MarlinExperts takes only the standard format as well)."
     ),
-    affected=VersionRange("0.27.1"),  # every supported version: the method guard; < 0.32.0 also the remap
+    affected=VersionRange("0.26.0"),  # every supported version: the method guard; < 0.32.0 also the remap
     platforms=("cuda",),
     remove_when=(
         "the oldest supported vLLM is >= 0.32.0 and the W4A4 MXFP4 methods check the experts' parallel config "
@@ -66,7 +67,7 @@ INFO = PatchInfo(
     ),
 )
 
-# Where vLLM keeps what the patch needs (the same modules in 0.27.1-0.33.0).
+# Where vLLM keeps what the patch needs (the same modules in 0.26.0-0.33.0; 0.26.0 has no INC MXFP4 MoE method).
 _CUTLASS = "vllm.model_executor.layers.fused_moe.experts.cutlass_moe"
 _MARLIN = "vllm.model_executor.layers.fused_moe.experts.marlin_moe"
 _ORACLE = "vllm.model_executor.layers.fused_moe.oracle.mxfp4"
@@ -88,6 +89,8 @@ CUTLASS_PARALLEL = Target(_CUTLASS, "CutlassExpertsMxfp4._supports_parallel_conf
 RUN_CUTLASS = Target(_CUTLASS, "run_cutlass_moe_mxfp4", ("topk_weights", "topk_ids", "apply_router_weight_on_input"))
 RUN_CUTLASS_REMAPS = Target(_CUTLASS, "run_cutlass_moe_mxfp4", ("topk_ids", "expert_map"))
 MARLIN_EXPERTS = Target(_MARLIN, "MarlinExperts")
+# What the Marlin experts take is asked of them: 0.26.0 also refuses FlashInfer NVLink one-sided, 0.27.1+ takes it.
+MARLIN_PARALLEL = Target(_MARLIN, "MarlinExpertsBase._supports_parallel_config", ("moe_parallel_config",))
 MARLIN_BACKEND = Target(_ORACLE, "Mxfp4MoeBackend.MARLIN")
 DEEPEP_HT = Target(_MOE_CONFIG, "FusedMoEParallelConfig.use_deepep_ht_kernels")
 FI_NVL_TWO_SIDED = Target(_MOE_CONFIG, "FusedMoEParallelConfig.use_fi_nvl_two_sided_kernels")
@@ -98,7 +101,7 @@ CT_METHOD = Target(_CT, "CompressedTensorsW4A4Mxfp4MoEMethod")
 CT_INIT = Target(_CT, "CompressedTensorsW4A4Mxfp4MoEMethod.__init__", ("moe",))
 INC_METHOD = Target(_INC, "INCMxfp4MoEMethod")
 INC_INIT = Target(_INC, "INCMxfp4MoEMethod.__init__", ("moe",))
-METHOD_INITS = ((CT_METHOD, CT_INIT), (INC_METHOD, INC_INIT))
+INC_SINCE = Version.parse("0.27.1")  # INC's W4A4 MXFP4 MoE method first ships in 0.27.1
 
 UPSTREAM_REMAP = Version.parse("0.32.0")
 BACKEND_ENV = "GLMOPS_MOE_MXFP4_BACKEND"
@@ -113,17 +116,23 @@ class UnsupportedMoEDeployment(ValueError):
     """This MXFP4 MoE with this all-to-all backend would be computed wrongly or not at all: do not start."""
 
 
+def method_inits(version: Version) -> tuple[tuple[Target, Target], ...]:
+    """The W4A4 MXFP4 MoE methods (class, __init__) that pick the CUTLASS experts in `version`."""
+    return ((CT_METHOD, CT_INIT), *(((INC_METHOD, INC_INIT),) if version >= INC_SINCE else ()))
+
+
 def targets(ctx: Context) -> tuple[Target, ...]:
     common = (
         CUTLASS_EXPERTS,
         MARLIN_EXPERTS,
+        MARLIN_PARALLEL,
         MARLIN_BACKEND,
         DEEPEP_HT,
         FI_NVL_TWO_SIDED,
         FI_NVL_ONE_SIDED,
         BATCHED_LAYOUT,
     )
-    methods = tuple(t for pair in METHOD_INITS for t in pair)
+    methods = tuple(t for pair in method_inits(ctx.version) for t in pair)
     if ctx.version < UPSTREAM_REMAP:
         return (*common, CUTLASS_APPLY, CUTLASS_PARALLEL, RUN_CUTLASS, *methods)
     # The kernel remaps itself: require that it still does, since the patch then leaves apply alone.
@@ -159,13 +168,15 @@ def apply(ctx: Context, found: Mapping[Target, Any]) -> str:
             "CutlassExpertsMxfp4.apply maps expert ids through expert_map (other ranks' routes: slot 0, weight 0), "
             "_supports_parallel_config accepts EP except DeepEP HT/FlashInfer NVLink"
         )
-    for method, init in METHOD_INITS:
+    inits = method_inits(ctx.version)
+    for method, init in inits:
         cls = found[method]
         _install(
             cls, "__init__", _wrap_method_init(found[init], cutlass_cls, found[MARLIN_EXPERTS], found[MARLIN_BACKEND])
         )
+    names = "compressed-tensors, INC" if len(inits) > 1 else "compressed-tensors"
     done.append(
-        f"W4A4 MXFP4 methods (compressed-tensors, INC) refuse CUTLASS with DeepEP HT/FlashInfer NVLink all-to-all "
+        f"W4A4 MXFP4 methods ({names}) refuse CUTLASS with DeepEP HT/FlashInfer NVLink all-to-all "
         f"and either experts with batched all-to-all (DeepEP LL, NIXL EP); MXFP4 MoE experts: {backend} ({BACKEND_ENV})"
     )
     return "; ".join(done)
@@ -224,8 +235,9 @@ def _check_cutlass_choice(method: Any, moe: Any, marlin_cls: type, marlin_backen
     rejected = rejected_all2all(pc)
     where = f"{type(method).__name__}"
     _refuse_batched_layout(pc, where)
+    marlin_takes = bool(marlin_cls._supports_parallel_config(pc))  # type: ignore[attr-defined]
     if _settings["backend"] == "marlin":
-        if pc.use_fi_nvl_two_sided_kernels:
+        if not marlin_takes:
             raise UnsupportedMoEDeployment(
                 f"--all2all-backend: {rejected}: neither the CUTLASS nor the Marlin MXFP4 MoE experts take this "
                 f"all-to-all layout with expert parallelism ({where}; glmops patch {INFO.name}, {INFO.issue_url}). "
@@ -245,8 +257,8 @@ def _check_cutlass_choice(method: Any, moe: Any, marlin_cls: type, marlin_backen
             if version is not None and version < UPSTREAM_REMAP
             else "vLLM would refuse it only after loading every weight"
         )
-        # Marlin takes every layout CUTLASS rejects but the FlashInfer two-sided one.
-        marlin = "" if pc.use_fi_nvl_two_sided_kernels else f", or set {BACKEND_ENV}=marlin to run this MoE on Marlin"
+        # Marlin takes every layout CUTLASS rejects but the FlashInfer two-sided one (0.26.0: nor one-sided).
+        marlin = f", or set {BACKEND_ENV}=marlin to run this MoE on Marlin" if marlin_takes else ""
         raise UnsupportedMoEDeployment(
             f"--all2all-backend: {rejected}: the CUTLASS MXFP4 MoE experts that {where} picks on this GPU cannot "
             f"take this all-to-all layout with expert parallelism; {outcome} (glmops patch {INFO.name}, "

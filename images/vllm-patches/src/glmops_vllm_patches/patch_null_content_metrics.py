@@ -55,7 +55,7 @@ INFO = PatchInfo(
         "Alert: sum by (model_name) (rate(glmops:chat_null_content_total[10m])) / "
         "sum by (model_name) (rate(glmops:chat_completions_total[10m])) > 0.05."
     ),
-    affected=VersionRange("0.27.1"),
+    affected=VersionRange("0.26.0"),
     # Plain Python around the OpenAI front end: it counts on any platform (cpu: vLLM's CPU build, as tested here).
     platforms=("cuda", "rocm", "cpu"),
     remove_when="vLLM exports a null-content (content empty, reasoning non-empty) counter of its own",

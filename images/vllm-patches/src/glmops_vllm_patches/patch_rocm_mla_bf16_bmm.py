@@ -46,7 +46,7 @@ INFO = PatchInfo(
         "VLLM_ROCM_USE_AITER_FP4BMM=0 and VLLM_ROCM_USE_AITER_FP8BMM=0 and calls "
         "rocm_aiter_ops.refresh_env_variables(). A BMM variable the user set explicitly is never overridden."
     ),
-    affected=VersionRange("0.27.1", "0.33.0"),
+    affected=VersionRange("0.26.0", "0.33.0"),
     platforms=("rocm",),
     remove_when=(
         "the oldest supported vLLM is 0.33.0 or later (both BMM switches default off there), or upstream decides "
