@@ -22,6 +22,10 @@ def test_generate_check_fails_when_a_committed_copy_drifts(tmp_path: Any, capsys
     values = tmp_path / "charts/glmops/values.yaml"
     values.parent.mkdir(parents=True)
     values.write_text((REPO / "charts/glmops/values.yaml").read_text())
+    # The generator's other input: the proof's offline wheel list (its results directory may be empty).
+    wheels = tmp_path / "images/vllm-patches/proof/requirements-gpu.txt"
+    wheels.parent.mkdir(parents=True)
+    wheels.write_text((REPO / "images/vllm-patches/proof/requirements-gpu.txt").read_text())
     assert main(["generate", "--root", str(tmp_path)]) == 0
     assert main(["generate", "--check", "--root", str(tmp_path)]) == 0
     stale = tmp_path / "charts/glmops/crds/glmops.dev_glmdeployments.yaml"
