@@ -38,6 +38,38 @@ async def test_a_gate_write_is_retried_until_the_api_server_answers(monkeypatch:
     assert calls == [("ns", "pod", "True")] * 3
 
 
+async def test_a_group_workers_mirror_of_its_leader_waits_out_an_api_server_restart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A headless worker of a multi-node group copies its leader's gate: a refused read is retried, never raised."""
+    monkeypatch.setattr(canary, "API_RETRY_S", 0.01)
+    reads: list[str] = []
+    written: list[tuple[Any, ...]] = []
+
+    class Worker:
+        namespace, name = "ns", "group-0-1"
+        polls = 0
+
+        @property
+        def stopped(self) -> bool:
+            return bool(written)
+
+        async def wait(self, seconds: float, *, or_change: bool = False) -> None:
+            await asyncio.sleep(0)
+
+    def get_gate(namespace: str, leader: str) -> tuple[str, str, str]:
+        reads.append(leader)
+        if len(reads) < 3:
+            raise REFUSED
+        return ("True", "CanaryPassed", "3/3 checks passed")
+
+    monkeypatch.setattr(canary.pods, "get_gate", get_gate)
+    monkeypatch.setattr(canary.pods, "set_gate", lambda *args: written.append(args) or True)
+    await asyncio.wait_for(canary._mirror_leader(Worker()), timeout=5)  # type: ignore[arg-type]
+    assert reads == ["group-0-0"] * 3
+    assert written == [("ns", "group-0-1", "True", "CanaryPassed", "group leader group-0-0: 3/3 checks passed")]
+
+
 async def test_an_answer_with_an_error_status_is_not_retried_as_unreachable() -> None:
     import kubernetes
 

@@ -213,11 +213,10 @@ async def _mirror_leader(pod: WatchedPod) -> None:
     """A headless node of a StatefulSet group serves no HTTP: it is as ready as its group's leader."""
     leader = pod.name.rsplit("-", 1)[0] + "-0"
     while not pod.stopped:
-        gate = await asyncio.to_thread(pods.get_gate, pod.namespace, leader)
+        # Through _api, as the leader's own gate: an API server restarting is waited out, not a task ended.
+        gate = await _api(pods.get_gate, pod.namespace, leader)
         if gate is not None:
-            await asyncio.to_thread(
-                pods.set_gate, pod.namespace, pod.name, gate[0], gate[1], f"group leader {leader}: {gate[2]}"
-            )
+            await _api(pods.set_gate, pod.namespace, pod.name, gate[0], gate[1], f"group leader {leader}: {gate[2]}")
         await pod.wait(5)
 
 
