@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -100,8 +101,10 @@ def is_terminating(body: dict[str, Any]) -> bool:
 class PodTasks:
     """The running gate tasks, keyed by pod; every method is called from the operator's event loop."""
 
-    def __init__(self, run: GateRun) -> None:
+    def __init__(self, run: GateRun, context: Callable[[], contextvars.Context] | None = None) -> None:
+        """`context` gives the context a new pod's task runs in (default: a copy of the caller's)."""
         self._run = run
+        self._context = context
         self._tasks: dict[PodKey, tuple[WatchedPod, asyncio.Task[None]]] = {}
         self._paused = False
         self.namespaces_seen: set[str] = set()
@@ -156,7 +159,11 @@ class PodTasks:
 
     def _start(self, key: PodKey, body: dict[str, Any]) -> None:
         pod = WatchedPod(key[0], key[1], gate_view(body))
-        task = asyncio.get_running_loop().create_task(self._guarded(pod), name=f"glmops-canary/{key[0]}/{key[1]}")
+        task = asyncio.get_running_loop().create_task(
+            self._guarded(pod),
+            name=f"glmops-canary/{key[0]}/{key[1]}",
+            context=self._context() if self._context is not None else None,
+        )
         self._tasks[key] = (pod, task)
 
     def _stop(self, key: PodKey, *, gone: bool = False) -> None:
