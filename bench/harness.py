@@ -130,7 +130,9 @@ def percentile(values: list[float], q: float) -> float:
 class Operator:
     """The operator as users run it outside a cluster: `kopf run` on our handlers, its own webhook port."""
 
-    def __init__(self, cluster: Cluster, log_path: Path, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, cluster: Cluster, log_path: Path, extra_env: dict[str, str] | None = None, probe: Path | None = None
+    ) -> None:
         certs = cluster.state / "certs"
         self.env = dict(
             os.environ,
@@ -146,12 +148,16 @@ class Operator:
             **(extra_env or {}),
         )
         self.log_path = log_path
+        self.probe = probe  # run under bench/memory_probe.py, writing its samples here
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         out = open(self.log_path, "wb")  # noqa: SIM115 (owned by the process)
         argv = [str(REPO / ".venv" / "bin" / "kopf"), "run", "--standalone", "--all-namespaces"]
+        if self.probe is not None:
+            argv = [str(REPO / ".venv" / "bin" / "python"), str(REPO / "bench" / "memory_probe.py"), str(self.probe)]
+            argv += ["run", "--standalone", "--all-namespaces"]
         self.proc = subprocess.Popen(
             [*argv, "-m", "glm_operator.handlers"], env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO
         )

@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from bench.admission import samples
@@ -56,11 +57,22 @@ def rendered(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]
     return list(outcome.apply), outcome.status_patch()
 
 
+# Every kind the planner renders (model storage adds the download Job and the shared claim).
+PLURALS = {
+    "Deployment": "deployments",
+    "StatefulSet": "statefulsets",
+    "Service": "services",
+    "PodDisruptionBudget": "poddisruptionbudgets",
+    "ConfigMap": "configmaps",
+    "Job": "jobs",
+    "PersistentVolumeClaim": "persistentvolumeclaims",
+}
+
+
 def api_path(obj: dict[str, Any]) -> str:
     api_version, kind = obj["apiVersion"], obj["kind"]
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    plural = {"Deployment": "deployments", "StatefulSet": "statefulsets", "Service": "services"}.get(kind)
-    plural = plural or {"PodDisruptionBudget": "poddisruptionbudgets", "ConfigMap": "configmaps"}[kind]
+    plural = PLURALS[kind]
     return f"{prefix}/namespaces/{obj['metadata']['namespace']}/{plural}/{obj['metadata']['name']}"
 
 
@@ -179,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--settle", type=float, default=60.0)
     parser.add_argument("--timeout", type=float, default=1200.0)
+    parser.add_argument(
+        "--probe", type=Path, help="run the operator under bench/memory_probe.py, its samples to this file (JSON lines)"
+    )
     args = parser.parse_args(argv)
     n = args.objects
     cluster = Cluster.up()
@@ -186,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster.kubectl("delete", kind, "glmops.dev", check=False)  # a previous operator's, if any
 
     make_namespaces(cluster, "bench-op", args.namespaces)
-    operator = Operator(cluster, REPO / ".bench-artifacts" / "reconcile-operator.log")
+    operator = Operator(cluster, REPO / ".bench-artifacts" / "reconcile-operator.log", probe=args.probe)
     operator.start()
     try:
         wait_webhooks(cluster, operator)
@@ -202,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
                 done = done_count(cluster, "bench-op", expected)
                 log(f"operator: {done}/{n} done after {time.monotonic() - t0:.0f}s")
             operator_s = time.monotonic() - t0
+            if args.probe is not None:
+                Path(f"{args.probe}.dump").touch()  # the probe records the live objects once everything is done
             at_done = cluster.request_counts()
             time.sleep(args.settle)
             settled = cluster.request_counts()
@@ -226,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         ("", "services"),
         ("policy", "poddisruptionbudgets"),
         ("", "configmaps"),
+        ("batch", "jobs"),
+        ("", "persistentvolumeclaims"),
     )
     # Server-side apply is counted under verb APPLY (a PATCH with the apply content type).
     apply_patches = {r: op_counts.get(("APPLY", g, r), 0) / n for g, r in owned}

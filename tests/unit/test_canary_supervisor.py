@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime
+import sys
 from typing import Any
 
 import pytest
+import yaml
 
 from glm_operator.canary.peering import paused_by_peers
 from glm_operator.canary.supervisor import PodTasks, WatchedPod
-from glm_operator.render.canary_state import NEVER_S, GateState
+from glm_operator.catalog.bundle import Catalogs
+from glm_operator.planner.deployment import Observed, plan
+from glm_operator.render.canary_state import NEVER_S, GateState, gate_condition, pod_is_serving_ready
+from glm_operator.render.workloads import CANARY_CONDITION
+from glm_operator.rules.engine import admit
+from tests.support.cluster import REPO
 
 NOW = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.UTC)
 
@@ -202,3 +210,91 @@ def test_a_restarted_operator_trusts_a_recent_passing_verdict(
     state = GateState()
     assert state.resume(condition, report, recheck, now=NOW) == pytest.approx(delay)
     assert state.gate == gate
+
+
+def _deep_size(obj: Any) -> int:
+    """Bytes of a JSON-like value with everything it holds (each object counted once)."""
+    seen: set[int] = set()
+    stack, total = [obj], 0
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        total += sys.getsizeof(item)
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return total
+
+
+def _pod_as_the_watch_delivers_it() -> dict[str, Any]:
+    """A serving pod of the baseline sample: its rendered template, managedFields and a kubelet-like status."""
+    doc = yaml.safe_load((REPO / "samples" / "baseline-h200-glm53-fp8.yaml").read_text())
+    doc["metadata"] |= {"namespace": "ns", "uid": "glmd-uid", "generation": 1}
+    catalogs = Catalogs.packaged()
+    body = admit(doc, catalogs).patched
+    workload = next(o for o in plan(body, Observed(), catalogs).apply if o["kind"] == "Deployment")
+    template = copy.deepcopy(workload["spec"]["template"])
+    fields = {"f:metadata": {"f:labels": {f"f:{k}": {} for k in template["metadata"]["labels"]}}, "f:spec": {}}
+    managed = [{"manager": m, "operation": "Update", "fieldsV1": copy.deepcopy(fields)} for m in ("kcm", "kwok")]
+    conditions = [
+        {"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": "2026-11-30T12:00:00Z"}
+        for t in ("Initialized", "ContainersReady", "PodScheduled", "Ready")
+    ]
+    conditions.append({"type": CANARY_CONDITION, "status": "True", "reason": "CanaryPassed", "message": "ok " * 40})
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            **template["metadata"],
+            "name": "glm-abc-0",
+            "namespace": "ns",
+            "uid": "pod-uid",
+            "resourceVersion": "12345",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "glm-abc", "uid": "rs"}],
+            "managedFields": managed,
+        },
+        "spec": template["spec"],
+        "status": {
+            "phase": "Running",
+            "podIP": "127.22.0.9",
+            "hostIP": "10.0.0.1",
+            "conditions": conditions,
+            "containerStatuses": [
+                {"name": c["name"], "ready": True, "image": c["image"]} for c in template["spec"]["containers"]
+            ],
+        },
+    }
+
+
+def test_a_watched_pod_keeps_only_what_the_gate_reads_never_the_spec_or_managed_fields() -> None:
+    full = _pod_as_the_watch_delivers_it()
+    seen: list[WatchedPod] = []
+
+    async def scenario() -> None:
+        async def gate(pod: WatchedPod) -> None:
+            seen.append(pod)
+            await pod.wait(10)
+
+        tasks = PodTasks(gate)
+        tasks.observe("ADDED", copy.deepcopy(full))
+        await _settle()
+        tasks.observe("MODIFIED", copy.deepcopy(full))  # the update path keeps the same view
+        await _settle()
+        await tasks.close()
+
+    asyncio.run(scenario())
+    kept = seen[0].body
+    assert set(kept) == {"metadata", "status"}, "no spec: a thousand pods' containers, env and volumes add up"
+    assert set(kept["metadata"]) == {"namespace", "name", "uid", "labels"}, "no managedFields, annotations, owners"
+    assert set(kept["status"]) == {"phase", "podIP", "conditions"}
+    assert all(set(c) <= {"type", "status"} for c in kept["status"]["conditions"])
+    # What the gate decides on reads the same from the view as from the whole pod.
+    assert seen[0].labels == full["metadata"]["labels"]
+    assert pod_is_serving_ready(seen[0].status) and seen[0].status["podIP"] == "127.22.0.9"
+    assert gate_condition(kept) == gate_condition(full) == "True"
+    # About 4 KiB whatever the pod's spec, against 20 KiB for this one (45 KiB for the benchmark's, as watched).
+    assert _deep_size(kept) < 6 * 1024 and _deep_size(kept) * 4 < _deep_size(full), (_deep_size(kept), _deep_size(full))

@@ -68,3 +68,23 @@ def test_a_failed_run_fails_its_waiters_and_the_next_request_runs_again() -> Non
         return str(await coalescer.request("glmd", run))
 
     assert asyncio.run(scenario()) == "ok"
+
+
+def test_a_submitted_request_returns_at_once_and_its_future_gets_the_result_of_a_later_run() -> None:
+    async def scenario() -> tuple[bool, list[object]]:
+        coalescer = Coalescer()
+        release = asyncio.Event()
+
+        async def run() -> str:
+            await release.wait()
+            return "refreshed"
+
+        futures = [coalescer.submit("glmd", run) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        pending = not any(f.done() for f in futures)
+        release.set()
+        return pending, list(await asyncio.gather(*futures))
+
+    pending, results = asyncio.run(scenario())
+    assert pending, "nobody waits on submit: the run is still going"
+    assert results == ["refreshed"] * 3

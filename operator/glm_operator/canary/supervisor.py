@@ -5,12 +5,17 @@ operator would stall every pod deletion, scale-down and namespace deletion. The 
 tasks of its own: the pod watch hands each event to `PodTasks.observe`, which starts the pod's task once and
 afterwards only passes it the newest pod body; a deleted or terminating pod's task is stopped. While another
 operator replica is the active one (`pause`), no task runs, as kopf stops its daemons then.
+
+A task keeps only the part of its pod the gate reads (`gate_view`), never the whole body: at 1,000 deployments the
+operator watches over a thousand serving pods, and a pod as the watch delivers it (spec, managedFields) is about
+45 KiB of Python objects against about 4 KiB for what the gate needs (bench/RESULTS.md, reconcile scale).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -21,9 +26,30 @@ PodKey = tuple[str, str]  # namespace, name
 STOP_TIMEOUT_S = 5.0
 
 
-@dataclass(eq=False)
+GATE_CONDITION_FIELDS = ("type", "status")
+
+
+def gate_view(body: dict[str, Any]) -> dict[str, Any]:
+    """The part of a pod body the gate reads, in the body's own shape: identity and labels, phase, pod IP, and
+    each condition's type and status (ContainersReady, the canary's own readiness gate)."""
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    conditions = [
+        {k: c[k] for k in GATE_CONDITION_FIELDS if k in c}
+        for c in status.get("conditions") or []
+        if isinstance(c, dict)
+    ]
+    kept_status = {k: status[k] for k in ("phase", "podIP") if k in status}
+    if conditions:
+        kept_status["conditions"] = conditions
+    kept_meta = {k: meta[k] for k in ("namespace", "name", "uid") if k in meta}
+    kept_meta["labels"] = dict(meta.get("labels") or {})
+    return {"metadata": kept_meta, "status": kept_status}
+
+
+@dataclass(eq=False, slots=True)
 class WatchedPod:
-    """What a pod's task sees: the newest body from the watch, and whether it must stop."""
+    """What a pod's task sees: the gate's view of the newest body from the watch, and whether it must stop."""
 
     namespace: str
     name: str
@@ -57,7 +83,7 @@ class WatchedPod:
                 waiter.cancel()
 
     def update(self, body: dict[str, Any]) -> None:
-        self.body = body
+        self.body = gate_view(body)
         self._changed.set()
 
     def stop(self, *, gone: bool = False) -> None:
@@ -75,8 +101,10 @@ def is_terminating(body: dict[str, Any]) -> bool:
 class PodTasks:
     """The running gate tasks, keyed by pod; every method is called from the operator's event loop."""
 
-    def __init__(self, run: GateRun) -> None:
+    def __init__(self, run: GateRun, context: Callable[[], contextvars.Context] | None = None) -> None:
+        """`context` gives the context a new pod's task runs in (default: a copy of the caller's)."""
         self._run = run
+        self._context = context
         self._tasks: dict[PodKey, tuple[WatchedPod, asyncio.Task[None]]] = {}
         self._paused = False
         self.namespaces_seen: set[str] = set()
@@ -130,8 +158,12 @@ class PodTasks:
         self._tasks.clear()
 
     def _start(self, key: PodKey, body: dict[str, Any]) -> None:
-        pod = WatchedPod(key[0], key[1], body)
-        task = asyncio.get_running_loop().create_task(self._guarded(pod), name=f"glmops-canary/{key[0]}/{key[1]}")
+        pod = WatchedPod(key[0], key[1], gate_view(body))
+        task = asyncio.get_running_loop().create_task(
+            self._guarded(pod),
+            name=f"glmops-canary/{key[0]}/{key[1]}",
+            context=self._context() if self._context is not None else None,
+        )
         self._tasks[key] = (pod, task)
 
     def _stop(self, key: PodKey, *, gone: bool = False) -> None:

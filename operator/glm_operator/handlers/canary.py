@@ -22,6 +22,7 @@ from glm_operator.canary.client import EndpointError, OpenAIClient
 from glm_operator.canary.peering import paused_by_peers
 from glm_operator.canary.suite import SuiteInputs, run_suite
 from glm_operator.canary.supervisor import PodTasks, WatchedPod
+from glm_operator.handlers.detached import detached_context
 from glm_operator.handlers.runtime import Runtime, runtime
 from glm_operator.k8s import objects, pods
 from glm_operator.k8s.canary_data import gsm8k_for
@@ -64,7 +65,8 @@ async def _api(call: Callable[..., T], *args: Any) -> T:
 async def start_gates(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """Start the registry of per-pod gate tasks, and follow kopf's peering so they pause when kopf does."""
     context = runtime(memo)
-    memo.gates = PodTasks(lambda pod: canary_gate(pod, context))
+    # Each pod's task outlives the watch event that starts it: kept apart from that handler's cause (its whole pod).
+    memo.gates = PodTasks(lambda pod: canary_gate(pod, context), context=detached_context)
     if not settings.peering.standalone:
         memo.gates_peering = asyncio.create_task(_follow_peering(memo.gates, settings))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any, cast
 
 import kopf
@@ -10,6 +11,7 @@ import kubernetes
 
 from glm_operator.api import GROUP, PLURAL, VERSION
 from glm_operator.api.constants import LABEL_DEPLOYMENT, MANAGED
+from glm_operator.handlers.detached import detached_context
 from glm_operator.handlers.runtime import Runtime, runtime
 from glm_operator.handlers.settings import OWNED_RESOURCES
 from glm_operator.k8s import objects
@@ -92,12 +94,28 @@ async def _owned_event(type: str, meta: kopf.Meta, logger: kopf.Logger, memo: ko
     if parent is None:
         return
     context = runtime(memo)
-    body = await context.refreshes.request(parent, lambda: asyncio.to_thread(refresh, *parent, context, logger))
-    if body is not None and type == "DELETED":
+    # Not awaited, and run and followed up outside this handler's context: either would keep this event's object and
+    # kopf's handling of it alive until the refresh ends, thousands of them behind a busy thread pool at scale
+    # (bench/RESULTS.md, reconcile scale).
+    detached = detached_context()
+    run = functools.partial(asyncio.to_thread, refresh, *parent, context, logger)
+    refreshed = context.refreshes.submit(parent, run, context=detached)
+    deleted = str(meta.get("name")) if type == "DELETED" else None
+    refreshed.add_done_callback(functools.partial(_refreshed, deleted, logger), context=detached)
+
+
+def _refreshed(deleted: str | None, logger: kopf.Logger, refreshed: asyncio.Future[dict[str, Any] | None]) -> None:
+    """After the refresh an owned object's event asked for: say what was restored, or log why it failed."""
+    if refreshed.cancelled():
+        return  # the operator is stopping
+    error = refreshed.exception()
+    if error is not None:
+        logger.error(f"refreshing the owning GLMDeployment failed: {type(error).__name__}: {error}")
+        return
+    body = refreshed.result()
+    if body is not None and deleted is not None:
         kopf.info(
-            kopf.Body(cast(kopf.RawBody, body)),
-            reason="Restored",
-            message=f"re-created {meta.get('name')} after it was deleted",
+            kopf.Body(cast(kopf.RawBody, body)), reason="Restored", message=f"re-created {deleted} after it was deleted"
         )
 
 

@@ -6,11 +6,16 @@ full refresh for each costs a GET and five LISTs every time. Here each key has a
 queued: a request while a run is in flight marks the key dirty and is served by one more run that starts after it
 (so it sees every change made before the request), however many requests came meanwhile. This is the work queue
 controller-runtime gives Go controllers. Pure asyncio: the run itself is passed in.
+
+`submit` is the same request for a caller that does not wait for the run: a watch handler that waited would keep the
+event's whole object (and kopf's machinery for it) alive until the run ends, and under a burst of thousands of
+events behind a busy thread pool that, not the work itself, was most of the operator's memory (bench/RESULTS.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
@@ -23,11 +28,19 @@ class Coalescer:
 
     async def request(self, key: Hashable, run: Callable[[], Awaitable[Any]]) -> Any:
         """Return the result of a run of `run` for `key` that started after this call."""
+        return await asyncio.shield(self.submit(key, run))
+
+    def submit(
+        self, key: Hashable, run: Callable[[], Awaitable[Any]], context: contextvars.Context | None = None
+    ) -> asyncio.Future[Any]:
+        """Ask for a run of `run` for `key` that starts after this call, without waiting: the future gets its
+        result or error (cancelled if the run is). A run that starts here runs in `context` (default: a copy of
+        the current one). Call from the event loop."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(key, []).append(future)
         if key not in self._running:
-            self._running[key] = asyncio.create_task(self._drain(key, run))
-        return await asyncio.shield(future)
+            self._running[key] = asyncio.create_task(self._drain(key, run), context=context)
+        return future
 
     async def _drain(self, key: Hashable, run: Callable[[], Awaitable[Any]]) -> None:
         try:

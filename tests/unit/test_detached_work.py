@@ -1,0 +1,120 @@
+"""Work that outlives a kopf handler keeps none of the handler's objects.
+
+An owned object's watch event asks for its GLMDeployment's refresh and returns without waiting for it, and neither
+the refresh nor a pod's canary task carries the handler's cause (the whole object it was called for). Either kept
+every event's object in memory: at 1,000 deployments, thousands of them (bench/RESULTS.md, reconcile scale).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+import types
+from typing import Any
+
+import kopf
+import pytest
+from kopf._core.actions import execution
+from kopf._core.engines import posting
+
+from glm_operator.canary.supervisor import PodTasks, WatchedPod
+from glm_operator.handlers import glmdeployment
+from glm_operator.handlers.detached import HANDLER_CAUSE, detached_context
+from glm_operator.handlers.runtime import Runtime
+
+META = {"name": "glm", "namespace": "ns", "labels": {"glmops.dev/deployment": "glm"}}
+
+
+@pytest.fixture
+def memo() -> types.SimpleNamespace:
+    return types.SimpleNamespace(runtime=Runtime.from_env({}))
+
+
+@pytest.fixture
+def posted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str]]:
+    events: list[tuple[str, str, str]] = []
+
+    def info(body: kopf.Body, *, reason: str, message: str) -> None:
+        events.append((body["metadata"]["name"], reason, message))
+
+    monkeypatch.setattr(kopf, "info", info)
+    return events
+
+
+CAUSE = object()  # stands for kopf's cause of the running handler: the event's whole object
+
+
+def test_kopf_keeps_the_running_handlers_cause_in_the_variable_left_out() -> None:
+    assert execution.cause_var.name == HANDLER_CAUSE
+
+
+def test_a_detached_context_drops_the_handlers_cause_and_keeps_what_kopf_posts_events_through() -> None:
+    def inside_a_handler() -> contextvars.Context:
+        execution.cause_var.set(CAUSE)  # type: ignore[arg-type]
+        posting.settings_var.set(kopf.OperatorSettings())
+        return detached_context()
+
+    detached = contextvars.copy_context().run(inside_a_handler)
+    assert detached.get(execution.cause_var) is None
+    assert isinstance(detached.get(posting.settings_var), kopf.OperatorSettings)
+
+
+async def test_the_event_handler_returns_before_the_refresh_ends_and_restored_is_told_after_it(
+    monkeypatch: pytest.MonkeyPatch, memo: types.SimpleNamespace, posted: list[tuple[str, str, str]]
+) -> None:
+    release = threading.Event()
+    calls: list[tuple[str, str, object]] = []
+
+    def refresh(namespace: str, name: str, *_: Any) -> dict[str, Any]:
+        calls.append((namespace, name, execution.cause_var.get(None)))
+        release.wait(5)
+        return {"metadata": {"name": name, "namespace": namespace}}
+
+    monkeypatch.setattr(glmdeployment, "refresh", refresh)
+    logger = logging.getLogger("test")
+    execution.cause_var.set(CAUSE)  # type: ignore[arg-type]
+    await asyncio.wait_for(glmdeployment._owned_event("DELETED", META, logger, memo), timeout=1)
+    assert posted == [], "the handler returned while the refresh still runs"
+    release.set()
+    for _ in range(100):
+        if posted:
+            break
+        await asyncio.sleep(0.02)
+    assert calls == [("ns", "glm", None)], "the refresh runs without the handler's cause"
+    assert posted == [("glm", "Restored", "re-created glm after it was deleted")]
+
+
+async def test_a_failed_refresh_is_logged_and_tells_nothing_restored(
+    monkeypatch: pytest.MonkeyPatch,
+    memo: types.SimpleNamespace,
+    posted: list[tuple[str, str, str]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def refresh(*_: Any) -> dict[str, Any]:
+        raise kopf.TemporaryError("the API server did not answer: MaxRetryError", delay=5)
+
+    monkeypatch.setattr(glmdeployment, "refresh", refresh)
+    with caplog.at_level(logging.ERROR, logger="test"):
+        await glmdeployment._owned_event("DELETED", META, logging.getLogger("test"), memo)
+        for _ in range(100):
+            if caplog.records:
+                break
+            await asyncio.sleep(0.02)
+    assert posted == []
+    assert "refreshing the owning GLMDeployment failed: TemporaryError: the API server did not answer" in caplog.text
+
+
+async def test_a_pods_canary_task_runs_without_the_cause_of_the_event_that_started_it() -> None:
+    seen: list[object] = []
+
+    async def gate(pod: WatchedPod) -> None:
+        seen.append(execution.cause_var.get(None))
+
+    tasks = PodTasks(gate, context=detached_context)
+    execution.cause_var.set(CAUSE)  # type: ignore[arg-type]
+    tasks.observe("ADDED", {"metadata": {"name": "p-0", "namespace": "ns", "uid": "u"}})
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert seen == [None]
