@@ -26,6 +26,7 @@ from tests.conftest import ARTIFACTS, OperatorProcess
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually
 from tests.support.installed import RELEASE, InstalledOperator, can_i, kubectl_as
+from tests.support.volumes import prebound_volume
 from tests.support.wheel import build_plugin_wheel
 
 pytestmark = pytest.mark.cluster
@@ -200,21 +201,7 @@ def test_a_shared_model_cache_is_made_filled_mounted_and_cleaned_up(release: Rel
     """The download path (claim, Job, then the workload) under the chart's RBAC; no provisioner here, so the test
     makes the PersistentVolume the claim binds to, and kwok completes the download pod."""
     ns = release.work
-    volume = f"pv-{ns}"
-    kubectl.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": volume, "labels": {"glmops.dev/test": "true"}},
-            "spec": {
-                "capacity": {"storage": "2Ti"},
-                "accessModes": ["ReadWriteMany"],
-                "hostPath": {"path": f"/tmp/glmops-test-models/{ns}"},
-                "claimRef": {"namespace": ns, "name": "cached-model-cache"},
-            },
-        }
-    )
-    try:
+    with prebound_volume(kubectl, ns, "cached-model-cache"):
         obj = B("cached").accelerator("H200").tensor(8).vllm("0.32.0").set("spec.modelCache.shared", {"retain": False})
         kubectl.apply(obj.build(), "-n", ns)
 
@@ -239,8 +226,6 @@ def test_a_shared_model_cache_is_made_filled_mounted_and_cleaned_up(release: Rel
             return not left.strip()
 
         eventually(collected, timeout=60, what="the Job and the unretained claim to go with the deployment")
-    finally:
-        kubectl.run("delete", "pv", volume, "--ignore-not-found", "--wait=false", check=False)
 
 
 def test_replicas_register_in_the_chart_peering_object(release: Release, kubectl: Kubectl) -> None:

@@ -18,6 +18,7 @@ import yaml
 from tests.conftest import OperatorProcess
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually
+from tests.support.volumes import prebound_volume
 
 pytestmark = pytest.mark.cluster
 SAMPLE = REPO / "samples/pvc-cached.yaml"
@@ -43,29 +44,10 @@ def download_operator(cluster: Cluster, operator: OperatorProcess) -> Iterator[O
         operator.start()
 
 
-def _volume_for(kubectl: Kubectl, namespace: str, claim: str) -> Iterator[None]:
-    name = f"pv-{namespace}"[:63]
-    kubectl.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": name, "labels": {"glmops.dev/test": "true"}},
-            "spec": {
-                "capacity": {"storage": "2Ti"},
-                "accessModes": ["ReadWriteMany"],
-                "persistentVolumeReclaimPolicy": "Delete",
-                "hostPath": {"path": f"/tmp/glmops-test-models/{namespace}"},
-                "claimRef": {"namespace": namespace, "name": claim},
-            },
-        }
-    )
-    yield
-    kubectl.run("delete", "pv", name, "--ignore-not-found", "--wait=false", check=False)
-
-
 @pytest.fixture
 def volume(kubectl: Kubectl, namespace: str, request: pytest.FixtureRequest) -> Iterator[None]:
-    yield from _volume_for(kubectl, namespace, f"{request.param}-model-cache")
+    with prebound_volume(kubectl, namespace, f"{request.param}-model-cache"):
+        yield
 
 
 def _condition(kubectl: Kubectl, namespace: str, name: str, type_: str) -> dict[str, Any]:

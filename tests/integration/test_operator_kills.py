@@ -7,10 +7,10 @@ import time
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.conftest import OperatorProcess
 from tests.support.cluster import REPO, Kubectl, eventually
+from tests.support.glmd import owned_objects
 
 pytestmark = pytest.mark.cluster
 KILLS = 20
@@ -20,15 +20,6 @@ SAMPLES = {
     "vllm-52833-fixed.yaml": "glm52-mxfp4-mi355x-mtp",
     "vllm-63170-h200-pp8-fixed.yaml": "glm53-fp8-h200-pp8",
 }
-
-
-def _owned(kubectl: Kubectl, namespace: str) -> dict[str, dict[str, list[str]]]:
-    out = kubectl.run("get", "deploy,sts,svc,pdb,cm", "-n", namespace, "-l", "glmops.dev/deployment", "-o", "json")
-    owned: dict[str, dict[str, list[str]]] = {}
-    for item in yaml.safe_load(out.stdout)["items"]:
-        parent = item["metadata"]["labels"]["glmops.dev/deployment"]
-        owned.setdefault(parent, {}).setdefault(item["kind"], []).append(item["metadata"]["name"])
-    return owned
 
 
 def _scale(kubectl: Kubectl, namespace: str, name: str, replicas: int) -> bool:
@@ -63,7 +54,7 @@ def test_twenty_kills_at_random_points_leave_every_deployment_whole_and_converge
         kubectl.run("apply", "-n", namespace, "-f", str(REPO / "samples" / sample))
 
     def converged() -> dict[str, Any]:
-        owned = _owned(kubectl, namespace)
+        owned = owned_objects(kubectl, namespace)
         for name in SAMPLES.values():
             assert owned.get(name) == {
                 "ConfigMap": [f"{name}-canary"],
