@@ -8,14 +8,18 @@ writes into an ignored folder (default `proof/.bundle/`):
     MANIFEST.json    what went in: each wheel's sha256, and for vLLM every file dropped or pruned, with why
     install.sh       `pip install --no-index --no-deps --target DIR` of those wheels
 
-Pruning changes no code. It only removes bytes an H200 never loads, or files this path never imports:
+Pruning changes no code. It only removes bytes an H200 never loads, or files whose code this path never runs:
 
 - CUDA fat binaries (the `.nv_fatbin` section of every `.so`): each module keeps its sm_90 cubins, the images the
   driver loads on an H200 ahead of any PTX; cubins for sm_75, 80, 86, 89, 100, 120 and all PTX are removed and the
   module's size field shortened. A module without an sm_90 cubin is left empty: on an H200 its kernels would have
   run JIT-compiled PTX, and now fail to launch, loudly. So every kernel that runs is the same cubin as with the
   full wheel, and a run that completes used nothing that was removed.
-- Whole files, each listed in DROPPED with the line of vLLM that shows it is not loaded on this path.
+- Whole files, each listed in DROPPED with why this path does not run it.
+
+Checked on an H200 (results/pp1-one-gpu/): the PP=1 runs complete with the bundle and log the pinned FLASHMLA_SPARSE
+backend; vLLM also logs a FLASH_ATTN MLA prefill backend, which the sparse backend does not call here, since
+FlashAttention 2 with the bundle fails to launch ("no kernel image is available") when it is called directly.
 
 The rule and the fat-binary walk are pure functions over bytes (tests/unit/test_proof_bundle.py); only `main` and
 `download` touch the network. Re-running gives the same bytes: members keep their order, with a fixed timestamp.
@@ -25,8 +29,10 @@ from __future__ import annotations
 
 import argparse
 import base64
+import csv
 import fnmatch
 import hashlib
+import io
 import json
 import struct
 import subprocess
@@ -44,11 +50,14 @@ TARGET_SM = 90  # NVIDIA H200 / H100
 
 # The packages vLLM 0.26.0's offline path imports at module level (requirements-gpu.txt) that the device image
 # lacks (device README, "Python packages already there"), with what they need, resolved by pip for cp312 manylinux
-# x86_64 and pinned. A few of these are also on the image (anyio, idna, h11, typing-extensions, annotated-doc):
+# x86_64 and pinned. llguidance and xgrammar are imported when the engine core builds its structured-output manager:
+# their backends annotate dataclass fields with the packages' types (backend_guidance.py:144, backend_xgrammar.py:145).
+# A few of these are also on the image (anyio, idna, h11, typing-extensions, annotated-doc):
 # pydantic 2.14, openai 3 and fastapi need versions at least this recent, and the image's are not stated.
 WHEELS: tuple[tuple[str, str], ...] = (
     ("annotated-doc", "0.0.7"),
     ("annotated-types", "0.8.0"),
+    ("apache-tvm-ffi", "0.1.10"),  # vLLM 0.26.0 pins it; xgrammar 0.2.6 is the newest that accepts it
     ("anyio", "4.16.0"),
     ("cachetools", "8.0.2"),
     ("cbor2", "6.3.0"),
@@ -58,6 +67,7 @@ WHEELS: tuple[tuple[str, str], ...] = (
     ("httpx2", "2.16.2"),
     ("idna", "3.20"),
     ("jiter", "0.19.0"),
+    ("llguidance", "1.7.6"),
     ("msgspec", "0.23.0"),
     ("openai", "3.57.0"),
     ("openai-harmony", "0.0.8"),
@@ -72,9 +82,33 @@ WHEELS: tuple[tuple[str, str], ...] = (
     ("truststore", "0.10.5"),
     ("typing-extensions", "4.16.0"),
     ("typing-inspection", "0.4.5"),
+    ("xgrammar", "0.2.6"),
 )
 
-# Whole files of the vLLM wheel this proof's path never loads (paths inside the wheel, fnmatch patterns).
+# The packages requirements-gpu.txt names that the GPU image already has (device README, "Python packages already
+# there"): the bundle brings every other one.
+ON_IMAGE = (
+    "aiohttp",
+    "cloudpickle",
+    "einops",
+    "huggingface-hub",
+    "numpy",
+    "packaging",
+    "pillow",
+    "prometheus-client",
+    "psutil",
+    "py-cpuinfo",
+    "pyyaml",
+    "regex",
+    "requests",
+    "safetensors",
+    "tokenizers",
+    "tqdm",
+    "transformers",
+    "uvloop",
+)
+
+# Whole files of the vLLM wheel whose code this proof's path never runs (paths inside the wheel, fnmatch patterns).
 DROPPED: tuple[tuple[str, str], ...] = (
     (
         "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so",
@@ -200,16 +234,23 @@ def dropped_reason(name: str, dropped: Iterable[tuple[str, str]] = DROPPED) -> s
     return next((why for pattern, why in dropped if fnmatch.fnmatchcase(name, pattern)), None)
 
 
-def record_line(name: str, data: bytes) -> str:
+def record_row(name: str, data: bytes) -> tuple[str, str, str]:
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
+    return name, f"sha256={digest}", str(len(data))
+
+
+def record_text(rows: Iterable[Sequence[str]]) -> str:
+    """RECORD as wheels write it: CSV, so a path with a comma is quoted."""
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    return out.getvalue()
 
 
 def prune_wheel(src: Path, dst: Path, sm: int = TARGET_SM) -> dict[str, Any]:
     """Write the pruned wheel; return what was dropped and pruned (for MANIFEST.json)."""
     dropped: dict[str, str] = {}
     pruned: dict[str, Any] = {}
-    records: list[str] = []
+    records: list[Sequence[str]] = []
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zout:
         record_name = next(n for n in zin.namelist() if n.endswith(".dist-info/RECORD"))
         for info in zin.infolist():
@@ -227,10 +268,10 @@ def prune_wheel(src: Path, dst: Path, sm: int = TARGET_SM) -> dict[str, Any]:
                 if stats.modules:
                     pruned[name] = {"bytes_before": len(data), **stats.__dict__}
                 data = new
-            records.append(record_line(name, data))
+            records.append(record_row(name, data))
             zout.writestr(_member(name, info.external_attr), data)
-        records.append(f"{record_name},,")
-        zout.writestr(_member(record_name, 0o644 << 16), "\n".join(records) + "\n")
+        records.append((record_name, "", ""))
+        zout.writestr(_member(record_name, 0o644 << 16), record_text(records))
     return {"dropped": dropped, "fatbin_pruned_to": f"sm_{sm}", "pruned": pruned}
 
 
@@ -252,7 +293,7 @@ PIP_PLATFORM = [
     "cp",
     *[
         arg
-        for tag in ("manylinux_2_28", "manylinux_2_27", "manylinux_2_26", "manylinux_2_17", "manylinux2014")
+        for tag in (*(f"manylinux_2_{n}" for n in (39, 35, 34, 31, 28, 27, 26, 24, 17)), "manylinux2014")
         for arg in ("--platform", f"{tag}_x86_64")
     ],
 ]
@@ -325,8 +366,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for so, stats in sorted(vllm["pruned"].items()):
         kept, removed = sum(stats["kept"].values()), sum(stats["removed"].values())
         print(f"  {so}: kept {kept / 2**20:.1f} MiB of fat binaries, removed {removed / 2**20:.1f} MiB")
-    for path in sorted(vllm["dropped"]):
-        print(f"  dropped {path}")
+    for pattern, _why in DROPPED:
+        count = sum(fnmatch.fnmatchcase(path, pattern) for path in vllm["dropped"])
+        print(f"  dropped {pattern}: {count} file(s)")
     return 0
 
 
