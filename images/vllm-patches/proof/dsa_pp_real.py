@@ -85,7 +85,7 @@ PROMPTS = {"count": 4, "length": 1536, "generate": 32, "seed": 20260617}
 WEIGHT_SEED = 1234
 MAX_MODEL_LEN = 4096
 # Pinned, so every run uses the same sparse MLA kernels whatever vLLM would pick on the GPU (on Hopper it lists
-# FLASH_ATTN_MLA_SPARSE first: vllm/platforms/cuda.py:139-143): DeepSeek's FlashMLA sparse kernels, which read the
+# FLASH_ATTN_MLA_SPARSE first: vllm/platforms/cuda.py:135-143): DeepSeek's FlashMLA sparse kernels, which read the
 # top-k indices the bug leaves stale. The offline bundle (bundle.py) carries no FlashAttention 3 for that reason.
 ATTENTION_BACKEND = "FLASHMLA_SPARSE"
 
