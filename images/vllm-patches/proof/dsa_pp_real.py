@@ -2,6 +2,9 @@
 
     python images/vllm-patches/proof/dsa_pp_real.py --out images/vllm-patches/proof/results
 
+On a machine without network, install the bundle `bundle.py` writes first. `--runs pp1-a pp1-b` needs one GPU (the
+noise floor, results/pp1-one-gpu/); the PP=2 runs need two.
+
 For each variant it writes a GLM-5 DSA model with `transformers` (seeded weights, std 0.02: vLLM's dummy weights are
 too uniform to show the bug), then starts vLLM once per run, each in its own process, greedy, on prompts longer
 than `index_topk` so prefill takes the sparse path:
