@@ -7,12 +7,19 @@ written in the file) each PP=2 run is expected to:
 - differ (the reproduction): a stage after the first starts on a top-k reuse layer and the plugin is not loaded:
   the maximum absolute prompt-logprob difference is at least `DIFFERS_FACTOR` x the noise floor and `DIFFERS_MIN`;
 - match: every later stage starts on a computing layer (the safe partition), or the plugin hands the rows over:
-  at most `SAME_FACTOR` x the noise floor (or `SAME_MIN`, whichever is larger), and identical generated tokens.
+  at most `SAME_FACTOR` x the noise floor (or `SAME_MIN`, whichever is larger), and identical generated tokens when
+  the two PP=1 runs generate identical tokens.
 
-The result passes only when all five runs are there without error, the noise runs agree token for token with a
-noise floor of at most `NOISE_MAX`, the safe partition is the one admission proposes, the plugin run logged the
-patch applied and receiving the rows while no other run loaded any glmops patch, and vLLM is 0.26.0 or later on two
-or more GPUs. Only the standard library: the verdict can be re-checked anywhere (tests/unit/test_proof_dsa_pp.py).
+Greedy tokens are compared only where they are reproducible: on an H200 with vLLM 0.26.0's kernels two PP=1 runs of
+these random-weight models already differ within the first ten generated tokens, also within one process
+(results/pp1-one-gpu/), so a token difference there says nothing about the pipeline. The prompt logprobs still
+decide: the noise floor, the factor between it and a stale top-k, and the limit for a match.
+
+The result passes only when all five runs are there without error, the noise floor is at most `NOISE_MAX`, the safe
+partition is the one admission proposes, the plugin run logged the patch applied and receiving the rows while no
+other run loaded any glmops patch, and vLLM is 0.26.0 or later on two or more GPUs: a file with the PP=1 runs alone
+(what one GPU can make) always fails. Only the standard library: the verdict can be re-checked anywhere
+(tests/unit/test_proof_dsa_pp.py).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ class Verdict:
     noise_floor: float | None = None
     same_limit: float | None = None
     differs_limit: float | None = None
+    tokens_reproducible: bool | None = None  # did the two PP=1 runs generate the same tokens
     runs: dict[str, str] = field(default_factory=dict)  # run -> "differs" | "same" | "noise" | "reference"
     problems: list[str] = field(default_factory=list)
 
@@ -67,7 +75,9 @@ def _machine_problems(doc: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def _run_problems(run: Mapping[str, Any], expect: str, same: float, differs: float, proposed: Any) -> list[str]:
+def _run_problems(
+    run: Mapping[str, Any], expect: str, same: float, differs: float, proposed: Any, tokens: bool
+) -> list[str]:
     name, diff = run["name"], run.get("max_abs_logprob_diff")
     logged = run.get("glmops_log", [])
     problems = []
@@ -86,7 +96,7 @@ def _run_problems(run: Mapping[str, Any], expect: str, same: float, differs: flo
         return [*problems, f"{name}: no comparison with pp1-a"]
     if expect == "differs" and diff < differs:
         problems.append(f"{name}: expected to differ, but max |d logprob| {diff:.4g} < {differs:.4g}")
-    if expect in ("same", "noise") and not run.get("tokens_identical"):
+    if tokens and expect == "same" and not run.get("tokens_identical"):
         problems.append(f"{name}: generated tokens differ from pp1-a (from token {run.get('first_differing_token')})")
     if expect == "same" and diff > same:
         problems.append(f"{name}: expected to match, but max |d logprob| {diff:.4g} > {same:.4g}")
@@ -103,6 +113,7 @@ def judge(doc: Mapping[str, Any]) -> Verdict:
     computing = set(doc["model"]["computing_layers"])
     noise = float(runs["pp1-b"]["max_abs_logprob_diff"])
     verdict.noise_floor = noise
+    verdict.tokens_reproducible = bool(runs["pp1-b"].get("tokens_identical"))
     verdict.same_limit = max(SAME_FACTOR * noise, SAME_MIN)
     verdict.differs_limit = max(DIFFERS_FACTOR * noise, DIFFERS_MIN)
     if noise > NOISE_MAX:
@@ -116,7 +127,9 @@ def judge(doc: Mapping[str, Any]) -> Verdict:
     proposed = doc["model"].get("proposed_partition")
     for name, run in runs.items():
         if name not in missing:
-            verdict.problems += _run_problems(run, kinds[name], verdict.same_limit, verdict.differs_limit, proposed)
+            verdict.problems += _run_problems(
+                run, kinds[name], verdict.same_limit, verdict.differs_limit, proposed, verdict.tokens_reproducible
+            )
     verdict.passed = not verdict.problems
     return verdict
 
@@ -127,7 +140,8 @@ def main(paths: list[str]) -> int:
         with open(path) as f:
             verdict = judge(json.load(f))
         ok &= verdict.passed
-        print(f"{path}: {'PASS' if verdict.passed else 'FAIL'} (noise floor {verdict.noise_floor})")
+        tokens = {True: "reproducible", False: "not reproducible, not compared", None: "-"}[verdict.tokens_reproducible]
+        print(f"{path}: {'PASS' if verdict.passed else 'FAIL'} (noise floor {verdict.noise_floor}; tokens {tokens})")
         for problem in verdict.problems:
             print(f"  - {problem}")
     return 0 if ok and paths else 1

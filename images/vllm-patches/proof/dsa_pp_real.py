@@ -2,6 +2,9 @@
 
     python images/vllm-patches/proof/dsa_pp_real.py --out images/vllm-patches/proof/results
 
+On a machine without network, install the bundle `bundle.py` writes first. `--runs pp1-a pp1-b` needs one GPU (the
+noise floor, results/pp1-one-gpu/); the PP=2 runs need two.
+
 For each variant it writes a GLM-5 DSA model with `transformers` (seeded weights, std 0.02: vLLM's dummy weights are
 too uniform to show the bug), then starts vLLM once per run, each in its own process, greedy, on prompts longer
 than `index_topk` so prefill takes the sparse path:
@@ -58,6 +61,7 @@ SCHEMA = "glmops/dsa-pp-proof/v1"
 CATALOG_MODEL = "zai-org/GLM-5.3-BF16"  # GLM-5.x's layer count and top-k reuse rule
 PATCH = "dsa-pp-topk-handoff"
 PLUGIN_ENTRY_POINT = ("vllm.general_plugins", "glmops_vllm_patches", "glmops_vllm_patches:register")
+RUN_NAMES = ("pp1-a", "pp1-b", "pp2-default", "pp2-safe", "pp2-plugin")
 GPU_SCRIPT = HERE / "dsa_pp_real_gpu.py"  # run once per vLLM start, in its own process
 
 # The model's shapes. Sparse MLA kernels take a 512 latent and 64 RoPE dims (576, as DeepSeek V3.2 and GLM-5);
@@ -83,6 +87,10 @@ SHAPES: dict[str, Any] = {
 PROMPTS = {"count": 4, "length": 1536, "generate": 32, "seed": 20260617}
 WEIGHT_SEED = 1234
 MAX_MODEL_LEN = 4096
+# Pinned, so every run uses the same sparse MLA kernels whatever vLLM would pick on the GPU (on Hopper it lists
+# FLASH_ATTN_MLA_SPARSE first: vllm/platforms/cuda.py:135-143): DeepSeek's FlashMLA sparse kernels, which read the
+# top-k indices the bug leaves stale. The offline bundle (bundle.py) carries no FlashAttention 3 for that reason.
+ATTENTION_BACKEND = "FLASHMLA_SPARSE"
 
 
 @dataclass(frozen=True)
@@ -223,6 +231,11 @@ def patch_lines(log: str) -> list[str]:
     return [line.strip() for line in log.splitlines() if "glmops patch " in line]
 
 
+def backend_lines(log: str) -> list[str]:
+    """vLLM's log lines naming the attention backend it built (to show the pinned one ran)."""
+    return [line.strip() for line in log.splitlines() if "Using " in line and "backend" in line.lower()]
+
+
 def run_record(spec: RunSpec, raw: Mapping[str, Any] | None, reference: Mapping[str, Any] | None) -> dict[str, Any]:
     record: dict[str, Any] = {
         "name": spec.name,
@@ -235,7 +248,13 @@ def run_record(spec: RunSpec, raw: Mapping[str, Any] | None, reference: Mapping[
     }
     if raw is None:
         return {**record, "error": "not run"}
-    record.update(seconds=raw.get("seconds"), glmops_log=patch_lines(raw.get("log", "")))
+    record.update(
+        seconds=raw.get("seconds"),
+        startup_seconds=raw.get("startup_seconds"),
+        generate_seconds=raw.get("generate_seconds"),
+        glmops_log=patch_lines(raw.get("log", "")),
+        backend_log=raw.get("backend_log", []),
+    )
     if raw.get("error"):
         return {**record, "error": raw["error"]}
     if reference is not None and spec.name != "pp1-a":
@@ -265,6 +284,7 @@ def result_document(
             "parameters": env.get("parameters", {}).get(variant.name),
         },
         "prompts": dict(PROMPTS),
+        "attention_backend": ATTENTION_BACKEND,
         "machine": env.get("machine", {}),
         "versions": env.get("versions", {}),
         "runs": [run_record(spec, raws.get(spec.name), reference) for spec in runs],
@@ -322,7 +342,7 @@ def run_in_subprocess(spec: RunSpec, model_dir: Path, work: Path, timeout: float
             return cached
     job = {"model_dir": str(model_dir), "pp": spec.pp, "prompts": prompt_token_ids(), "generate": PROMPTS["generate"]}
     job_file = work / f"{spec.name}.job.json"
-    job_file.write_text(json.dumps({**job, "max_model_len": MAX_MODEL_LEN}))
+    job_file.write_text(json.dumps({**job, "max_model_len": MAX_MODEL_LEN, "attention_backend": ATTENTION_BACKEND}))
     log_file = work / f"{spec.name}.log"
     started = time.monotonic()
     cmd = [sys.executable, str(GPU_SCRIPT), "run", str(job_file), str(out)]
@@ -340,7 +360,8 @@ def run_in_subprocess(spec: RunSpec, model_dir: Path, work: Path, timeout: float
     result: dict[str, Any] = json.loads(out.read_text()) if rc == 0 and out.is_file() else {}
     if rc != 0 or not result:
         result = {"error": f"exit {rc}: " + "\n".join(text.splitlines()[-15:])}
-    result.update(seconds=round(time.monotonic() - started, 1), log="\n".join(patch_lines(text)))
+    lines = patch_lines(text)
+    result.update(seconds=round(time.monotonic() - started, 1), log="\n".join(lines), backend_log=backend_lines(text))
     out.write_text(json.dumps(result))
     return result
 
@@ -371,7 +392,9 @@ def run_variant(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variant", choices=["tiny8", "glm78", "all"], default="all")
-    parser.add_argument("--runs", nargs="*", default=[], help="run only these (others already in --work are kept)")
+    parser.add_argument(
+        "--runs", nargs="*", default=[], choices=RUN_NAMES, help="run only these (others already in --work are kept)"
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results")
     parser.add_argument("--work", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "glmops-dsa-proof")
     parser.add_argument("--timeout", type=float, default=480, help="seconds per vLLM start")
@@ -379,7 +402,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import dsa_pp_real_gpu as gpu
 
-    missing = gpu.missing_requirements()
+    plans = plan_runs(next(iter(variants().values())))
+    wanted = [spec for spec in plans if not args.runs or spec.name in args.runs]
+    missing = gpu.missing_requirements(max((spec.pp for spec in wanted), default=1))
     if missing or args.check_env:
         print("\n".join(missing) or "everything the proof needs is here")
         return 1 if missing else 0

@@ -30,8 +30,8 @@ REQUIRED_MODULES = {
 }
 
 
-def missing_requirements() -> list[str]:
-    """What this machine lacks to run the proof, one line each (empty: ready)."""
+def missing_requirements(gpus_needed: int = 2) -> list[str]:
+    """What this machine lacks to run the proof (or, with `gpus_needed` 1, its PP=1 runs), one line each."""
     missing = [f"missing: {why}" for mod, why in REQUIRED_MODULES.items() if importlib.util.find_spec(mod) is None]
     if missing:
         return missing
@@ -41,8 +41,9 @@ def missing_requirements() -> list[str]:
         missing.append(f"vllm {version}: the proof needs 0.26.0 or later (GlmMoeDsaForCausalLM with top-k reuse)")
     import torch
 
-    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
-        missing.append(f"GPUs: {torch.cuda.device_count() if torch.cuda.is_available() else 0} visible, 2 needed")
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if visible < gpus_needed:
+        missing.append(f"GPUs: {visible} visible, {gpus_needed} needed")
     from transformers import GlmMoeDsaConfig  # noqa: F401 - raises on a transformers without GLM-5 DSA
 
     return missing + _vllm_path_errors()
@@ -76,14 +77,17 @@ def _versions() -> dict[str, Any]:
             out[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             out[dist] = None
-    repo = Path(__file__).resolve().parents[3]
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
-        )
-        out["glmops_commit"] = commit.stdout.strip() or None
-    except OSError:
-        out["glmops_commit"] = None
+    # A copy of the tree without its .git (as sent to a GPU machine) names its commit in GLMOPS_COMMIT.
+    out["glmops_commit"] = os.environ.get("GLMOPS_COMMIT") or None
+    if out["glmops_commit"] is None:
+        repo = Path(__file__).resolve().parents[3]
+        try:
+            commit = subprocess.run(
+                ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+            )
+            out["glmops_commit"] = commit.stdout.strip() or None
+        except OSError:
+            pass
     return out
 
 
@@ -187,6 +191,7 @@ def run_once(job: dict[str, Any]) -> dict[str, Any]:
         max_model_len=job["max_model_len"],
         gpu_memory_utilization=0.5,
         seed=0,
+        attention_config={"backend": job["attention_backend"]},
     )
     loaded = time.monotonic()
     params = SamplingParams(

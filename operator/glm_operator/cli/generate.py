@@ -88,8 +88,9 @@ def _patches_md(root: Path) -> str:
     from glmops_vllm_patches.docs import render_proof_md, render_registry_md
 
     results = [json.loads(p.read_text()) for p in sorted((root / PROOF / "results").glob("*.json"))]
+    partial = [json.loads(p.read_text()) for p in sorted((root / PROOF / "results" / "pp1-one-gpu").glob("*.json"))]
     wheels = [line.split("#")[0].strip() for line in (root / PROOF / "requirements-gpu.txt").read_text().splitlines()]
-    return render_registry_md() + render_proof_md(results, [w for w in wheels if w])
+    return render_registry_md() + render_proof_md(results, [w for w in wheels if w], partial)
 
 
 def _values(root: Path) -> str:

@@ -69,35 +69,57 @@ seeded weights of standard deviation 0.02 written by `transformers` (vLLM's dumm
 the bug), dense MLPs, `kv_lora_rank` 512, RoPE 64, `index_head_dim` 128, `index_topk` 512, and token-id prompts of
 1536 tokens, so prefill takes the sparse path.
 
-How to run it, on a machine with two GPUs (about five vLLM starts per model):
+How to run it on a machine with two GPUs and no network. Here, with network, build the offline bundle (vLLM 0.26.0
+pruned to what an H200 loads, and the wheels the machine's image lacks: about 44 MiB, in an ignored folder); there,
+install it and run the one command (five vLLM starts per model; a PP=1 start took 27 to 69 s on one H200):
 
 ```sh
-python images/vllm-patches/proof/dsa_pp_real.py --check-env      # what the machine lacks, if anything
-python images/vllm-patches/proof/dsa_pp_real.py --variant tiny8   # then --variant glm78 (or --variant all)
+python images/vllm-patches/proof/bundle.py                 # here: images/vllm-patches/proof/.bundle/
+sh images/vllm-patches/proof/.bundle/install.sh /tmp/site   # there, then:
+PYTHONPATH=/tmp/site python images/vllm-patches/proof/dsa_pp_real.py --variant all
 python images/vllm-patches/proof/dsa_pp_judge.py images/vllm-patches/proof/results/*.json   # exit 0: proven
 ```
 
-Each start runs in its own process; runs already measured in `--work` (default `$TMPDIR/glmops-dsa-proof`) are
-reused, so a model can be finished over several commands (`--runs pp2-safe pp2-plugin`). The results go to
-`images/vllm-patches/proof/results/<model>.json`: per run the split, the difference, the tokens and the glmops log
-lines, plus the GPUs, the driver, the vLLM, torch and transformers versions and the judge's verdict. Commit them
-and run `glmctl generate`: the table below is written from those files, and `tests/unit/test_proof_dsa_pp.py`
-re-judges every committed file.
+`dsa_pp_real.py --check-env` says what the machine lacks, if anything. Each start runs in its own process; runs
+already measured in `--work` (default `$TMPDIR/glmops-dsa-proof`) are reused, so a model can be finished over several
+commands (`--runs pp2-safe pp2-plugin`). The results go to `images/vllm-patches/proof/results/<model>.json`: per run
+the split, the difference, the tokens, the glmops log lines and the attention backend vLLM logged, plus the GPUs, the
+driver, the vLLM, torch and transformers versions and the judge's verdict. Commit them and run `glmctl generate`:
+the tables below are written from those files, and `tests/unit/test_proof_dsa_pp.py` re-judges every committed file.
 
-The GPU machine needs no network: the model is written there, and the Python packages are brought as wheels.
-Besides the torch build vLLM's wheel pins (2.11.0 for vLLM 0.26.0) and vLLM itself (installed with `--no-deps`),
-`images/vllm-patches/proof/requirements-gpu.txt` lists what the proof and vLLM's offline path import at module level
-(read from vLLM 0.26.0's source; 62 wheels with their dependencies in an empty environment), with the commands to
-download and install them: {offline}. `--check-env` imports that path in a fresh process and names whatever is still
-missing. Two start-up details: the proof sets `VLLM_USE_FLASHINFER_SAMPLER=0` (FlashInfer is not needed), and
-vLLM's structured-output backends (llguidance, xgrammar) may need their packages to import.
+Every run pins vLLM's `FLASHMLA_SPARSE` attention backend (on Hopper vLLM would list `FLASH_ATTN_MLA_SPARSE`
+first), so all runs use DeepSeek's FlashMLA sparse kernels, which read the top-k indices the bug leaves stale.
+
+The bundle (`images/vllm-patches/proof/bundle.py`) changes no code. Every CUDA fat binary in vLLM's wheel keeps its
+sm_90 cubins, which an H200 loads ahead of any PTX; the other architectures' cubins and all PTX go, and a module
+without an sm_90 cubin is left empty, so a kernel that would have run JIT-compiled PTX fails to launch instead ("no
+kernel image is available", as FlashAttention 2 does on an H200 with the bundle). Files whose code the path never
+runs are dropped: FlashAttention 3 (vLLM then reports it unavailable; the backend is pinned), the Rust front end,
+Blackwell-only kernels, DeepGEMM for other Pythons. Its
+`MANIFEST.json` lists every file dropped and every image removed. `images/vllm-patches/proof/requirements-gpu.txt`
+lists what the proof and vLLM's offline path import (read from vLLM 0.26.0's source, and llguidance and xgrammar
+found on the machine): {offline}; the bundle pins those the image lacks, with their dependencies.
 """
 
 _NOT_MEASURED = """
-### Measured results
+### Measured results: PP=2
 
 > **Not measured yet.** No result file is committed under `images/vllm-patches/proof/results/`. This section is
 > written from those files by `glmctl generate`; no figure here is typed by hand.
+"""
+
+_PARTIAL = """
+### Measured so far: PP=1 on one GPU
+
+Not the proof: the PP=2 runs need two GPUs, and the judge fails these files for that. What one GPU shows is the noise
+floor on real kernels, the maximum absolute difference of prompt logprobs between two PP=1 runs of the same model
+(`images/vllm-patches/proof/results/pp1-one-gpu/`). Greedy tokens are not reproducible there: two PP=1 runs part
+within the first ten generated tokens, and so do two batches in one process (`repeat.log` beside the files, from
+`dsa_pp_repeat.py`). The judge therefore compares tokens only where the two PP=1 runs agree, and decides on the
+prompt logprobs.
+
+| model | layers | GPUs | vLLM, torch | noise floor | per prompt | same tokens | match limit | differ limit | runs, s |
+|---|---|---|---|---|---|---|---|---|---|
 """
 
 
@@ -139,9 +161,31 @@ def _result_md(doc: Mapping[str, Any]) -> str:
     return head + "".join(rows) + (f"\nWhat the judge found:\n\n{problems}" if problems else "")
 
 
-def render_proof_md(results: Sequence[Mapping[str, Any]], offline: Sequence[str] = ()) -> str:
-    """The real-kernel proof section, its measured results written from the committed result files only."""
+def _partial_row(doc: Mapping[str, Any]) -> str:
+    machine, versions, verdict = doc.get("machine", {}), doc.get("versions", {}), doc.get("verdict", {})
+    gpus = machine.get("gpus", [])
+    runs = {run["name"]: run for run in doc.get("runs", [])}
+    noise = runs.get("pp1-b", {})
+    per_prompt = ", ".join(_figure(x) for x in noise.get("per_prompt_max_abs_logprob_diff") or [])
+    reproducible = {True: "yes", False: f"no (from token {noise.get('first_differing_token')})", None: "-"}
+    starts = " / ".join(_figure(runs.get(name, {}).get("seconds")) for name in ("pp1-a", "pp1-b"))
+    return (
+        f"| `{doc.get('variant')}` | {doc['model']['layers']} | {len(gpus)} x "
+        f"{' + '.join(sorted({g.get('name', '?') for g in gpus}))} (driver {machine.get('driver')}) "
+        f"| {versions.get('vllm')}, {versions.get('torch')} | {_figure(verdict.get('noise_floor'))} | {per_prompt} "
+        f"| {reproducible[verdict.get('tokens_reproducible')]} | {_figure(verdict.get('same_limit'))} "
+        f"| {_figure(verdict.get('differs_limit'))} | {starts} |\n"
+    )
+
+
+def render_proof_md(
+    results: Sequence[Mapping[str, Any]], offline: Sequence[str] = (), partial: Sequence[Mapping[str, Any]] = ()
+) -> str:
+    """The real-kernel proof section, its figures written from the committed result files only: `results` hold the
+    whole proof (PP=1 and PP=2), `partial` the PP=1 runs one GPU could make."""
     out = _PROOF.format(offline=", ".join(f"`{name}`" for name in offline) or "see `--check-env`")
+    if partial:
+        out += _PARTIAL + "".join(_partial_row(doc) for doc in partial)
     if not results:
         return out + _NOT_MEASURED
-    return out + "\n### Measured results\n" + "".join(_result_md(doc) for doc in results)
+    return out + "\n### Measured results: PP=2\n" + "".join(_result_md(doc) for doc in results)
