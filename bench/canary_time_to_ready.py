@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from glm_operator.canary.client import EndpointError, OpenAIClient
-from glm_operator.canary.gsm8k import _asker, decide, few_shot_prompt, last_integer
+from glm_operator.canary.gsm8k import asker, decide, few_shot_prompt, last_integer
 from glm_operator.canary.gsm8k_data import Item, parse_jsonl
 from glm_operator.canary.sprt import Sprt
 from glm_operator.sim.behaviour import Model
@@ -161,7 +161,7 @@ async def sequential_run(
 ) -> SimRun:
     state = Sprt(THRESHOLD, EXPECTED, FIXED_N).start()
     wall, cpu = time.perf_counter(), time.process_time()
-    sent = await decide(_asker(client, shots, chat=False), items[:FIXED_N], state, concurrency)
+    sent = await decide(await asker(client, shots, chat=False), items[:FIXED_N], state, concurrency)
     passed = state.finish()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     rounds = math.ceil(state.asked / concurrency)  # question i goes out in round i // concurrency
@@ -170,7 +170,7 @@ async def sequential_run(
 
 async def fixed_run(client: OpenAIClient, items: list[Item], shots: list[Item], latency_s: float) -> SimRun:
     """The fixed evaluation: all 200 at once, passing at the cutoff of the same false-pass rate."""
-    ask = _asker(client, shots, chat=False)
+    ask = await asker(client, shots, chat=False)
     wall, cpu = time.perf_counter(), time.process_time()
     right = sum(await asyncio.gather(*(ask(item) for item in items[:FIXED_N])))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
