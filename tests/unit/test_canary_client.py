@@ -1,4 +1,4 @@
-"""The canary client's request bodies: encoded once per check, sent byte for byte as JSON would be."""
+"""The canary client's request bodies and event loop: encoded once per check, sent byte for byte as JSON would be."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+import uvloop
 from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from glm_operator.canary.client import TEXT, BodyTemplate, OpenAIClient
 from glm_operator.canary.gsm8k import CHAT_SUFFIX, STOP, asker, few_shot_prompt
 from glm_operator.canary.gsm8k_data import generate
+from glm_operator.cli import eventloop
 
 MODEL = "zai-org/GLM-5.3"
 
@@ -118,3 +120,22 @@ def test_gsm8k_chat_asks_each_question_alone_and_scores_the_content() -> None:
         }
         for item in generate(3, seed=4)
     ]
+
+
+async def _loop_kind() -> type[asyncio.AbstractEventLoop]:
+    return type(asyncio.get_running_loop())
+
+
+def test_glmctl_runs_the_canaries_on_uvloop_and_on_asyncio_when_asked() -> None:
+    assert eventloop.run(_loop_kind()) is uvloop.Loop
+    assert not issubclass(eventloop.run(_loop_kind(), "asyncio"), uvloop.Loop)
+    with pytest.raises(ValueError, match="unknown event loop"):
+        eventloop.loop_factory("trio")
+
+
+def test_kopf_run_picks_uvloop_from_the_operators_dependencies() -> None:
+    """The image's entry point is `kopf run`: it runs the operator, canary gates included, on uvloop when installed."""
+    from kopf._kits.loops import proper_loop
+
+    with proper_loop() as loop:
+        assert isinstance(loop, uvloop.Loop)
