@@ -10,6 +10,31 @@ import aiohttp
 KEEPALIVE_S = 2.0
 """Idle pooled connections are dropped after this, well before vLLM's own 5 s keep-alive timeout."""
 
+TEXT = "\x00glmops:text\x00"
+"""Stands in a request body for the one string a `BodyTemplate` fills in per request."""
+_JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+class BodyTemplate:
+    """A JSON request body encoded once, whose one open string (`TEXT`) is `head` followed by each request's text.
+
+    A GSM8K wave sends the same model, parameters and five worked examples with each of its questions: they are
+    encoded once per check, and each request encodes only its question. JSON escapes a string character by
+    character, so the encoding of head + text is that of head followed by that of text, and `fill` gives the very
+    bytes `json.dumps` gives for the whole body.
+    """
+
+    def __init__(self, body: dict[str, Any], head: str = "") -> None:
+        encoded, marker = json.dumps(body), json.dumps(TEXT)
+        if encoded.count(marker) != 1:
+            raise ValueError(f"a body template holds TEXT exactly once, not {encoded.count(marker)} times")
+        before, after = encoded.split(marker)
+        self._before = (before + json.dumps(head)[:-1]).encode()
+        self._after = after.encode()
+
+    def fill(self, text: str) -> bytes:
+        return b"".join((self._before, json.dumps(text)[1:].encode(), self._after))
+
 
 class EndpointError(Exception):
     """The endpoint could not be reached or answered with an error."""
@@ -29,7 +54,7 @@ class OpenAIClient:
             await self._session.close()
             self._session = None
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> str:
+    async def _request(self, method: str, path: str, **kwargs: Any) -> bytes:
         if self._session is None:
             # The canaries bound their own concurrency (GSM8K up to 256 in flight): no pool limit here.
             # vLLM closes a keep-alive connection after 5 idle seconds (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, vllm/envs.py);
@@ -40,7 +65,7 @@ class OpenAIClient:
         for attempt in (1, 2):
             try:
                 async with self._session.request(method, url, **kwargs) as response:
-                    text = await response.text()
+                    raw = await response.read()
                 break
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as err:
                 # A pooled connection the server closed as this request went out: nothing was answered, and
@@ -50,15 +75,18 @@ class OpenAIClient:
             except (TimeoutError, aiohttp.ClientError) as err:
                 raise EndpointError(f"{url}: {err.__class__.__name__}: {err}") from err
         if response.status >= 400:
-            raise EndpointError(f"{self.base_url}{path}: HTTP {response.status}: {text[:300]}")
-        return text
+            raise EndpointError(f"{self.base_url}{path}: HTTP {response.status}: {_text(raw[:300])}")
+        return raw
 
     async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
-        text = await self._request(method, path, **kwargs)
+        raw = await self._request(method, path, **kwargs)
         try:
-            return json.loads(text)
+            return json.loads(raw)  # the bytes as they came: JSON is UTF-8, no text decoding first
         except ValueError as err:  # truncated or not JSON at all: not an answer of the OpenAI API
-            raise EndpointError(f"{self.base_url}{path}: the answer is not JSON ({err}): {text[:120]!r}") from err
+            raise EndpointError(f"{self.base_url}{path}: the answer is not JSON ({err}): {_text(raw[:120])!r}") from err
+
+    async def _post(self, path: str, template: BodyTemplate, text: str) -> Any:
+        return await self._json("POST", path, data=template.fill(text), headers=_JSON_HEADERS)
 
     async def model_name(self) -> str:
         if self.model is None:
@@ -66,29 +94,37 @@ class OpenAIClient:
             self.model = data["data"][0]["id"]
         return self.model
 
-    async def chat(self, prompt: str, max_tokens: int = 256) -> dict[str, Any]:
-        """One chat turn at temperature 0; returns the message (content, reasoning)."""
+    async def chat_template(self, max_tokens: int = 256) -> BodyTemplate:
+        """A chat turn at temperature 0 whose user message is filled in per request."""
         body = {
             "model": await self.model_name(),
-            "messages": [{"role": "user", "content": prompt}],
+            "messages": [{"role": "user", "content": TEXT}],
             "temperature": 0,
             "max_tokens": max_tokens,
         }
-        data = await self._json("POST", "/v1/chat/completions", json=body)
-        message: dict[str, Any] = data["choices"][0]["message"]
+        return BodyTemplate(body)
+
+    async def chat_with(self, template: BodyTemplate, prompt: str) -> dict[str, Any]:
+        """One chat turn; returns the message (content, reasoning)."""
+        message: dict[str, Any] = (await self._post("/v1/chat/completions", template, prompt))["choices"][0]["message"]
         return message
 
-    async def complete(
+    async def chat(self, prompt: str, max_tokens: int = 256) -> dict[str, Any]:
+        """One chat turn at temperature 0; returns the message (content, reasoning)."""
+        return await self.chat_with(await self.chat_template(max_tokens), prompt)
+
+    async def completion_template(
         self,
-        prompt: str,
+        head: str = "",
         max_tokens: int = 256,
         stop: list[str] | None = None,
         echo: bool = False,
         logprobs: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> BodyTemplate:
+        """A completion at temperature 0 whose prompt is `head` followed by each request's text."""
         body: dict[str, Any] = {
             "model": await self.model_name(),
-            "prompt": prompt,
+            "prompt": TEXT,
             "temperature": 0,
             "max_tokens": max_tokens,
         }
@@ -98,11 +134,30 @@ class OpenAIClient:
             body["echo"] = True
         if logprobs is not None:
             body["logprobs"] = logprobs
-        choice: dict[str, Any] = (await self._json("POST", "/v1/completions", json=body))["choices"][0]
+        return BodyTemplate(body, head)
+
+    async def complete_with(self, template: BodyTemplate, text: str) -> dict[str, Any]:
+        """One completion; returns its choice (text, logprobs)."""
+        choice: dict[str, Any] = (await self._post("/v1/completions", template, text))["choices"][0]
         return choice
 
+    async def complete(
+        self,
+        prompt: str,
+        max_tokens: int = 256,
+        stop: list[str] | None = None,
+        echo: bool = False,
+        logprobs: int | None = None,
+    ) -> dict[str, Any]:
+        template = await self.completion_template("", max_tokens, stop, echo, logprobs)
+        return await self.complete_with(template, prompt)
+
     async def metrics(self) -> str:
-        return await self._request("GET", "/metrics")
+        return _text(await self._request("GET", "/metrics"))
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
 
 def reasoning_of(message: dict[str, Any]) -> str:

@@ -24,12 +24,21 @@ from glm_operator.canary.results import CheckResult
 from glm_operator.canary.sprt import Sprt, SprtState
 
 STOP = ["Question", "Assistant:"]
+CHAT_SUFFIX = "\nGive the final answer as a number."
 _INTEGER = re.compile(r"-?\d[\d,]*")
 
 
+def few_shot_head(shots: list[Item]) -> str:
+    """The worked examples every question of a check is asked after."""
+    return "".join(f"Question: {s.question}\nAnswer: {s.answer}\n\n" for s in shots[:5])
+
+
+def question_prompt(question: str) -> str:
+    return f"Question: {question}\nAnswer:"
+
+
 def few_shot_prompt(shots: list[Item], question: str) -> str:
-    head = "".join(f"Question: {s.question}\nAnswer: {s.answer}\n\n" for s in shots[:5])
-    return f"{head}Question: {question}\nAnswer:"
+    return few_shot_head(shots) + question_prompt(question)
 
 
 def last_integer(text: str) -> str | None:
@@ -61,12 +70,20 @@ async def run_gsm8k(
     return results
 
 
-def _asker(client: OpenAIClient, shots: list[Item], chat: bool) -> Callable[[Item], Coroutine[Any, Any, bool]]:
-    async def ask(item: Item) -> bool:
-        if chat:
-            message = await client.chat(f"{item.question}\nGive the final answer as a number.", max_tokens=512)
+async def asker(client: OpenAIClient, shots: list[Item], chat: bool) -> Callable[[Item], Coroutine[Any, Any, bool]]:
+    """How one question is asked and scored; what every request of the check shares is encoded here, once."""
+    if chat:
+        chat_template = await client.chat_template(max_tokens=512)
+
+        async def ask_chat(item: Item) -> bool:
+            message = await client.chat_with(chat_template, item.question + CHAT_SUFFIX)
             return last_integer(str(message.get("content") or "")) == item.label
-        choice = await client.complete(few_shot_prompt(shots, item.question), max_tokens=256, stop=STOP)
+
+        return ask_chat
+    template = await client.completion_template(few_shot_head(shots), max_tokens=256, stop=STOP)
+
+    async def ask(item: Item) -> bool:
+        choice = await client.complete_with(template, question_prompt(item.question))
         return last_integer(str(choice.get("text") or "")) == item.label
 
     return ask
@@ -130,7 +147,7 @@ async def _run(
             await _maybe(progress(f"{name} {state.correct}/{state.asked}"))
 
     items = questions[: run.max_questions]
-    sent = await decide(_asker(client, shots, run.chat), items, state, run.concurrency, report)
+    sent = await decide(await asker(client, shots, run.chat), items, state, run.concurrency, report)
     passed = state.finish()
     test = state.test
     how = "decided early" if state.early else f"all {state.asked} asked"

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 ALPHA = 0.05  # passing a model at the threshold
 BETA = 0.001  # failing a model at its expected level
@@ -50,25 +51,30 @@ class Sprt:
     alpha: float = ALPHA
     beta: float = BETA
 
-    @property
+    # Computed once per test, not once per answer: a wave feeds up to 256 answers in a burst.
+    @cached_property
     def p0(self) -> float:
         return hypotheses(self.threshold, self.expected)[0]
 
-    @property
+    @cached_property
     def p1(self) -> float:
         return hypotheses(self.threshold, self.expected)[1]
 
-    @property
+    @cached_property
     def upper(self) -> float:
         return math.log((1 - self.beta) / self.alpha)
 
-    @property
+    @cached_property
     def lower(self) -> float:
         return math.log(self.beta / (1 - self.alpha))
 
-    def step(self, correct: bool) -> float:
+    @cached_property
+    def _steps(self) -> tuple[float, float]:
         p0, p1 = self.p0, self.p1
-        return math.log(p1 / p0) if correct else math.log((1 - p1) / (1 - p0))
+        return math.log((1 - p1) / (1 - p0)), math.log(p1 / p0)
+
+    def step(self, correct: bool) -> float:
+        return self._steps[correct]
 
     def start(self) -> SprtState:
         return SprtState(self)

@@ -15,6 +15,7 @@ from glm_operator.canary.client import EndpointError, OpenAIClient
 from glm_operator.canary.gsm8k_data import Item, generate, parse_jsonl
 from glm_operator.canary.results import SuiteResult
 from glm_operator.canary.suite import SUITES, SuiteInputs, run_suite
+from glm_operator.cli import eventloop
 
 EXIT_PASS, EXIT_FAIL, EXIT_UNREACHABLE = 0, 1, 2
 
@@ -113,7 +114,7 @@ def canary(
     logprob_reference: float | None = None,
 ) -> int:
     asked = tuple(suites or ())
-    return asyncio.run(
+    return eventloop.run(
         _canary(url, asked or SUITES, asked, gsm8k, output, model, max_questions, concurrency, logprob_reference)
     )
 
