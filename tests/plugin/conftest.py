@@ -1,8 +1,9 @@
 """Fixtures for the patch plugin's proof: real vLLM sources per version, and a runner that imports them.
 
-These tests run in the plugin proof environment (torch on the CPU plus vLLM's pure-Python dependencies; see
-`make plugin-env`), not in the operator's venv. The vLLM sources come from the PyPI wheels, unpacked by
-hack/vllm-sources.sh into $GLMOPS_VLLM_SOURCES (default ~/.cache/glmops/vllm-src/<version>).
+These tests run in the plugin proof environment, not in the operator's venv: the real-vLLM environment's torch (on the
+CPU) and vLLM dependencies without its installed vLLM, plus pytest (`hack/vllm-cpu-env.sh proof`, `make plugin-env`).
+The vLLM sources come from the PyPI wheels, unpacked by hack/vllm-sources.sh into $GLMOPS_VLLM_SOURCES (default
+$GLMOPS_CACHE/vllm-src/<version>, where that script puts them; GLMOPS_CACHE defaults to ~/.cache/glmops).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ sys.path.insert(0, str(PLUGIN_SRC))
 
 from glmops_vllm_patches.version import PROVEN_VERSIONS  # noqa: E402
 
-SOURCES = Path(os.environ.get("GLMOPS_VLLM_SOURCES", Path.home() / ".cache" / "glmops" / "vllm-src"))
+CACHE = Path(os.environ.get("GLMOPS_CACHE", Path.home() / ".cache" / "glmops"))
+SOURCES = Path(os.environ.get("GLMOPS_VLLM_SOURCES", CACHE / "vllm-src"))
 
 
 def vllm_source(version: str) -> Path:
