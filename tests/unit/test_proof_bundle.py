@@ -10,30 +10,17 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
-import importlib.util
 import io
 import struct
-import sys
 import zipfile
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from packaging.requirements import Requirement
 
-PROOF = Path(__file__).resolve().parents[2] / "images" / "vllm-patches" / "proof"
+from tests.support.proof import PROOF, load_proof_module
 
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, PROOF / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bundle = _load("bundle")
+bundle = load_proof_module("bundle")
 PTX, CUBIN = bundle.KIND_PTX, bundle.KIND_CUBIN
 
 

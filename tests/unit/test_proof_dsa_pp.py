@@ -7,7 +7,6 @@ The proof itself needs two GPUs; these run on the CPU with made-up vLLM outputs 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import sys
@@ -24,21 +23,10 @@ from glm_operator.catalog.models import load_models
 from glm_operator.rules.context import Catalogs
 from glm_operator.rules.engine import admit
 from tests.support.builders import GLMDeploymentBuilder as B
+from tests.support.proof import PROOF, load_proof_module
 
-PROOF = Path(__file__).resolve().parents[2] / "images" / "vllm-patches" / "proof"
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, PROOF / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-judge_mod = _load("dsa_pp_judge")
-real = _load("dsa_pp_real")
+judge_mod = load_proof_module("dsa_pp_judge")
+real = load_proof_module("dsa_pp_real")
 VARIANTS = real.variants()
 
 
