@@ -107,10 +107,18 @@ class OperatorProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
+    @property
+    def log_path(self) -> Path:
+        """The log of the latest start (one file per start)."""
+        return ARTIFACTS / f"{self.name}-{self.starts}.log"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
     def start(self, wait: bool = True) -> None:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         self.starts += 1
-        log = open(ARTIFACTS / f"{self.name}-{self.starts}.log", "wb")  # noqa: SIM115 (owned by the process)
+        log = open(self.log_path, "wb")  # noqa: SIM115 (owned by the process)
         self.proc = subprocess.Popen(
             [
                 str(REPO / ".venv" / "bin" / "kopf"),

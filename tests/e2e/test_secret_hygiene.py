@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ARTIFACTS, TEST_METRICS_PORT, OperatorProcess
+from tests.conftest import TEST_METRICS_PORT, OperatorProcess
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.support.cluster import Cluster, Kubectl, eventually
 from tests.support.secret_refs import secret_reference_paths
@@ -72,7 +72,7 @@ def test_a_planted_token_appears_nowhere_but_in_its_secret(
         "the GLMDeployment and its status": json.dumps(glmd),
         "the Events of the namespace": kubectl.run("get", "events", "-n", namespace, "-o", "json").stdout,
         "the operator's /metrics": httpx.get(f"http://127.0.0.1:{TEST_METRICS_PORT}/metrics", timeout=10).text,
-        "the operator's log": (ARTIFACTS / f"{debug_operator.name}-{debug_operator.starts}.log").read_text(),
+        "the operator's log": debug_operator.log_path.read_text(),
     }
     objects = kubectl.run("get", SEARCHED_KINDS, "-n", namespace, "-o", "json").stdout
     secrets = kubectl.get("secrets", namespace=namespace)["items"]

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ARTIFACTS, OperatorProcess
+from tests.conftest import OperatorProcess
 from tests.support.apiserver import apiserver_down
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.support.cluster import Cluster, Kubectl, eventually
@@ -31,7 +31,7 @@ def _running(operator: object, sim_fleet: object) -> None:
 
 
 def _log_from(operator: OperatorProcess) -> tuple[Any, int]:
-    path = ARTIFACTS / f"{operator.name}-{operator.starts}.log"
+    path = operator.log_path
     return path, path.stat().st_size
 
 

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.conftest import ARTIFACTS, TEST_WEBHOOK_PORT, OperatorProcess
+from tests.conftest import TEST_WEBHOOK_PORT, OperatorProcess
 from tests.support.cluster import Cluster, Kubectl
 from tests.support.hostile_reviews import HOSTILE, JSON, VALID
 
@@ -45,14 +45,10 @@ def post(cluster: Cluster, path: str, body: bytes, content_type: str = JSON) -> 
         connection.close()
 
 
-def _operator_log(operator: OperatorProcess) -> str:
-    return (ARTIFACTS / f"{operator.name}-{operator.starts}.log").read_text(errors="replace")
-
-
 def test_hostile_requests_get_a_4xx_and_the_operator_keeps_admitting(
     cluster: Cluster, kubectl: Kubectl, operator: OperatorProcess, namespace: str
 ) -> None:
-    log_before = len(_operator_log(operator))
+    log_before = len(operator.log())
     answers = {}
     for case in HOSTILE:
         status, body = post(cluster, case.path, case.body, case.content_type)
@@ -72,7 +68,7 @@ def test_hostile_requests_get_a_4xx_and_the_operator_keeps_admitting(
         updated = kubectl.run("apply", *extra, "-f", "-", input=json.dumps(manifest), check=False)
         assert updated.returncode == 0, updated.stderr
 
-    new_log = _operator_log(operator)[log_before:]
+    new_log = operator.log()[log_before:]
     assert "Traceback" not in new_log, new_log[-3000:]
     assert new_log.count("webhook refused a request") >= len(HOSTILE), "each refusal is one log line"
 
