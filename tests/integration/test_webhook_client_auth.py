@@ -8,7 +8,6 @@ the session's; admission through the API server goes on, and direct callers with
 
 from __future__ import annotations
 
-import http.client
 import json
 import ssl
 from collections.abc import Iterator
@@ -17,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from glm_operator.k8s.webhook_client_auth import CA_ENV, NAMES_ENV
-from tests.conftest import ARTIFACTS, TEST_WEBHOOK_PORT, OperatorProcess
+from tests.conftest import TEST_WEBHOOK_PORT, OperatorProcess
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.support.client_certs import Issuer
 from tests.support.cluster import ADMISSION_PROBE, REPO, Cluster, Kubectl, eventually
-from tests.support.hostile_reviews import JSON, VALID
+from tests.support.hostile_reviews import post_valid
 
 pytestmark = pytest.mark.cluster
 PORT = int(TEST_WEBHOOK_PORT)
@@ -51,19 +50,7 @@ def _post(cluster: Cluster, client: tuple[Path, Path] | None) -> tuple[int, byte
     """A valid review straight to the webhook port, over TLS verified with the cluster CA, with `client`'s cert."""
     context = ssl.create_default_context(cafile=str(cluster.ca_cert))
     context.check_hostname = False  # the webhook certificate names the host the API server dials
-    if client is not None:
-        context.load_cert_chain(*client)
-    connection = http.client.HTTPSConnection("127.0.0.1", PORT, context=context, timeout=30)
-    try:
-        connection.request("POST", "/glmops-validate", body=VALID, headers={"Content-Type": JSON})
-        response = connection.getresponse()
-        return response.status, response.read()
-    finally:
-        connection.close()
-
-
-def _log(operator: OperatorProcess) -> str:
-    return (ARTIFACTS / f"{operator.name}-{operator.starts}.log").read_text(errors="replace")
+    return post_valid(PORT, context, client, timeout=30)
 
 
 def test_admission_through_the_api_server_still_refuses_repairs_and_admits(
@@ -84,7 +71,7 @@ def test_admission_through_the_api_server_still_refuses_repairs_and_admits(
         return any(c["type"] == "Validated" and c["status"] == "True" for c in conditions)
 
     eventually(validated, timeout=60, what="the admitted GLMDeployment to be Validated")
-    assert "webhook refused a request" not in _log(mtls_operator), "the API server's calls were never refused"
+    assert "webhook refused a request" not in mtls_operator.log(), "the API server's calls were never refused"
 
 
 def test_a_client_without_a_certificate_fails_the_handshake(cluster: Cluster, mtls_operator: OperatorProcess) -> None:
@@ -113,7 +100,7 @@ def test_a_certificate_from_the_ca_with_another_name_is_refused_with_403(
     assert status == 403, body
     assert b"client certificate names (CN=someone-else, DNS=other.example.com)" in body
     assert API_SERVER_NAME.encode() not in body, "the allowed names are not disclosed"
-    assert "webhook refused a request from 127.0.0.1: 403" in _log(mtls_operator)
+    assert "webhook refused a request from 127.0.0.1: 403" in mtls_operator.log()
     # The same CA with the allowed name is answered: the 403 was the name, not the request.
     status, body = _post(cluster, issuer.write_client(tmp_path / "allowed", API_SERVER_NAME))
     assert status == 200 and json.loads(body)["response"]["allowed"] is True, body

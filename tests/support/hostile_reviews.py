@@ -5,8 +5,11 @@ Shared by the unit test of the request screen and the integration test against t
 
 from __future__ import annotations
 
+import http.client
 import json
+import ssl
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tests.support.builders import GLMDeploymentBuilder
@@ -67,6 +70,23 @@ class Hostile:
 
 
 VALID = json.dumps(review(valid_object())).encode()
+
+
+def post_valid(
+    port: int, context: ssl.SSLContext, client: tuple[Path, Path] | None, timeout: float
+) -> tuple[int, bytes]:
+    """VALID straight to a webhook on 127.0.0.1:`port` over `context`, presenting `client`'s certificate if given."""
+    if client is not None:
+        context.load_cert_chain(*client)
+    connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=timeout)
+    try:
+        connection.request("POST", "/glmops-validate", body=VALID, headers={"Content-Type": JSON})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
 HOSTILE: list[Hostile] = [
     Hostile("not-an-admission-review", b'{"hello": "world"}', 400),
     Hostile("json-array", b"[]", 400),

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import http.client
 import json
 import ssl
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -27,7 +26,7 @@ from glm_operator.k8s.webhooks import (
 )
 from glm_operator.render.webhook_certs import WebhookCertificates, generate
 from tests.support.client_certs import Issuer
-from tests.support.hostile_reviews import JSON, VALID
+from tests.support.hostile_reviews import post_valid
 from tests.unit.test_settings import CHART_ENV, _configured
 
 API_SERVER = "kube-apiserver-webhook-client"
@@ -159,15 +158,7 @@ async def _answer(review: Any, **_: Any) -> dict[str, Any]:
 def _post(port: int, serving: WebhookCertificates, client: tuple[Path, Path] | None) -> tuple[int, bytes]:
     context = ssl.create_default_context(cadata=serving.ca_bundle.decode())
     context.check_hostname = False  # the certificate names localhost; the server listens on 127.0.0.1
-    if client is not None:
-        context.load_cert_chain(*client)
-    connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
-    try:
-        connection.request("POST", "/glmops-validate", body=VALID, headers={"Content-Type": JSON})
-        response = connection.getresponse()
-        return response.status, response.read()
-    finally:
-        connection.close()
+    return post_valid(port, context, client, timeout=10)
 
 
 async def _serving(server: GuardedWebhookServer) -> AsyncGenerator[int]:
