@@ -17,8 +17,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.support.cluster import REPO, eventually
-from tests.unit.test_alerts import _pinned_helm
+from tests.support.cluster import REPO, eventually, pinned_helm
 
 CHART = REPO / "charts" / "glmops"
 RELEASE_NAMESPACE = "glmops-system"
@@ -40,7 +39,7 @@ def binaries() -> tuple[str, str]:
 
 def chart_monitoring(values: list[str]) -> dict[str, dict[str, Any]]:
     """The chart's PrometheusRule and PodMonitor, rendered by the pinned helm with `--set` values."""
-    helm = _pinned_helm()
+    helm = pinned_helm()
     if not helm.is_file():
         pytest.skip(f"helm is not built at {helm}: run cluster/build.sh (make tools)")
     args = [str(helm), "template", "glmops", str(CHART), "--namespace", RELEASE_NAMESPACE]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Callable
@@ -14,6 +15,23 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def pinned_helm() -> Path:
+    """Where cluster/build.sh puts the helm of cluster/versions.env (it may not be built yet)."""
+    pins = dict(
+        re.findall(r"^(\w+_VERSION)=(\S+)", (REPO / "cluster" / "versions.env").read_text(), flags=re.MULTILINE)
+    )
+    cache = os.environ.get("GLMOPS_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "glmops"
+    )
+    key = (
+        f"k8s-{pins['KUBERNETES_VERSION']}_etcd-{pins['ETCD_VERSION']}"
+        f"_kwok-{pins['KWOK_VERSION']}_helm-{pins['HELM_VERSION']}"
+    )
+    return Path(cache) / "bin" / key / "helm"
+
+
 CLUSTER_DIR = REPO / "cluster"
 
 # Tests get their own cluster (own ports and state), so `make demo` can run beside them.

@@ -6,7 +6,6 @@ rules file; the pinned helm (cluster/build.sh) renders the chart with monitoring
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -37,28 +36,6 @@ def promtool() -> str:
     if found is None:
         pytest.skip("promtool is not installed: run hack/system-deps.sh (Debian package prometheus)")
     return found
-
-
-def _pinned_helm() -> Path:
-    pins = dict(
-        re.findall(r"^(\w+_VERSION)=(\S+)", (REPO / "cluster" / "versions.env").read_text(), flags=re.MULTILINE)
-    )
-    cache = os.environ.get("GLMOPS_CACHE") or str(
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "glmops"
-    )
-    key = (
-        f"k8s-{pins['KUBERNETES_VERSION']}_etcd-{pins['ETCD_VERSION']}"
-        f"_kwok-{pins['KWOK_VERSION']}_helm-{pins['HELM_VERSION']}"
-    )
-    return Path(cache) / "bin" / key / "helm"
-
-
-@pytest.fixture(scope="module")
-def helm() -> str:
-    pinned = _pinned_helm()
-    if not pinned.is_file():
-        pytest.skip(f"helm is not built at {pinned}: run cluster/build.sh (make tools)")
-    return str(pinned)
 
 
 def _template(helm: str, *sets: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -10,17 +10,9 @@ import pytest
 import yaml
 
 from glm_operator.k8s.webhook_client_auth import CA_ENV, NAMES_ENV
-from tests.unit.test_alerts import CHART, _pinned_helm
+from tests.unit.test_alerts import CHART
 
 CA = "webhook.clientAuth.caConfigMap.name=apiserver-webhook-client-ca"
-
-
-@pytest.fixture(scope="module")
-def helm() -> str:
-    pinned = _pinned_helm()
-    if not pinned.is_file():
-        pytest.skip(f"helm is not built at {pinned}: run cluster/build.sh (make tools)")
-    return str(pinned)
 
 
 def _template(helm: str, *sets: str) -> subprocess.CompletedProcess[str]:

@@ -20,7 +20,8 @@ from glm_operator.render.plan import build_plan
 from glm_operator.render.workloads import render_objects
 from glm_operator.rules.engine import admit
 from tests.support.builders import GLMDeploymentBuilder as B
-from tests.unit.test_alerts import CHART, _pinned_helm
+from tests.support.cluster import pinned_helm
+from tests.unit.test_alerts import CHART
 
 CATALOGS = Catalogs.packaged()
 WITH_DEFAULT = replace(CATALOGS, default_rdma_resource="rdma/rdma_shared_device_b")
@@ -133,7 +134,7 @@ def test_the_operators_default_comes_from_the_chart_value_through_the_environmen
 
 
 def _operator_env(*sets: str) -> subprocess.CompletedProcess[str] | dict[str, str]:
-    helm = _pinned_helm()
+    helm = pinned_helm()
     if not helm.is_file():
         pytest.skip(f"helm is not built at {helm}: run cluster/build.sh (make tools)")
     args = [str(helm), "template", "glmops", str(CHART), "--namespace", "glmops-system"]
