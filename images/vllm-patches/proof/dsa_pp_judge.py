@@ -13,7 +13,9 @@ written in the file) each PP=2 run is expected to:
 Greedy tokens are compared only where they are reproducible: on an H200 with vLLM 0.26.0's kernels two PP=1 runs of
 these random-weight models already differ within the first ten generated tokens, also within one process
 (results/pp1-one-gpu/), so a token difference there says nothing about the pipeline. The prompt logprobs still
-decide: the noise floor, the factor between it and a stale top-k, and the limit for a match.
+decide: the noise floor, the factor between it and a stale top-k, and the limit for a match. They cover the prefill's
+forward passes only; where tokens do not reproduce, a hand-off wrong in decode alone is not seen (scoring pp1-a's
+generated tokens as a prompt in every run would cover decode positions without reproducible tokens: not done yet).
 
 The result passes only when all five runs are there without error, the noise floor is at most `NOISE_MAX`, the safe
 partition is the one admission proposes, the plugin run logged the patch applied and receiving the rows while no

@@ -2,9 +2,10 @@
 
 Run after `dsa_pp_real.py --variant VARIANT --runs pp1-a --work /tmp/w` (it reads that model and that run). It starts
 vLLM once, exactly as a proof run does at PP=1, generates the proof's prompts three times as one batch and once one by
-one, and prints each against the first batch, then the first batch against `pp1-a` (another process). Its output on
-an H200 is results/pp1-one-gpu/repeat.log: the differences are as large within one process as between two, so they
-come from the kernels at run time, not from how a process starts.
+one, and prints each against the first batch, then the first batch against `pp1-a` (another process). Its lines on
+an H200, for both variants, are in results/pp1-one-gpu/repeat.log, with the timing lines of the shell loop that ran it
+(`pp1-a third process`: a third PP=1 start's seconds; `done at`: seconds since the loop began): the differences are as
+large within one process as between two, so they come from the kernels at run time, not from how a process starts.
 """
 
 import json
