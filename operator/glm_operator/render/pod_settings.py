@@ -67,6 +67,19 @@ def _set_shm_size(volumes: list[dict[str, Any]], size: str) -> None:
             empty_dir["sizeLimit"] = size
 
 
+def pod_identity(settings: PodSettings) -> dict[str, Any]:
+    """What every pod glmops makes for a deployment takes from spec.pod to pull its image and be scheduled as the
+    user's: pull secrets, ServiceAccount, priority class (the keys set only when given)."""
+    out: dict[str, Any] = {}
+    if settings.image_pull_secrets:
+        out["imagePullSecrets"] = [{"name": s.name} for s in settings.image_pull_secrets]
+    if settings.service_account_name:
+        out["serviceAccountName"] = settings.service_account_name
+    if settings.priority_class_name:
+        out["priorityClassName"] = settings.priority_class_name
+    return out
+
+
 def merge_pod_settings(template: dict[str, Any], settings: PodSettings) -> dict[str, Any]:
     """`template` (a pod template glmops rendered) with spec.pod merged in; glmops' own values win."""
     out = copy.deepcopy(template)
@@ -84,12 +97,7 @@ def merge_pod_settings(template: dict[str, Any], settings: PodSettings) -> dict[
         *spec.get("tolerations", []),
         *(t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in settings.tolerations),
     ]
-    if settings.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": s.name} for s in settings.image_pull_secrets]
-    if settings.service_account_name:
-        spec["serviceAccountName"] = settings.service_account_name
-    if settings.priority_class_name:
-        spec["priorityClassName"] = settings.priority_class_name
+    spec.update(pod_identity(settings))
     spec["volumes"] = [*spec.get("volumes", []), *(v.as_dict() for v in settings.volumes)]
     _set_shm_size(spec["volumes"], settings.shm_size)
     return out

@@ -17,6 +17,7 @@ from glm_operator.api import GLMDeployment
 from glm_operator.api.constants import LABEL_ROLE
 from glm_operator.api.storage import FALLBACK_SIZE, HEADROOM, CacheMode, size_for
 from glm_operator.render.plan import Plan
+from glm_operator.render.pod_settings import pod_identity
 from glm_operator.render.security import vllm_security_context
 
 HF_CACHE = "/root/.cache/huggingface"
@@ -197,13 +198,7 @@ def _download_pod_settings(glmd: GLMDeployment) -> dict[str, Any]:
     same node pool (tolerations, nodeSelector, priority). Not the GPU affinity, requests or volumes of the serving
     pods, and not their annotations: a service mesh's injected sidecar would keep the Job from ever completing."""
     pod = glmd.spec.pod
-    out: dict[str, Any] = {}
-    if pod.image_pull_secrets:
-        out["imagePullSecrets"] = [{"name": s.name} for s in pod.image_pull_secrets]
-    if pod.service_account_name:
-        out["serviceAccountName"] = pod.service_account_name
-    if pod.priority_class_name:
-        out["priorityClassName"] = pod.priority_class_name
+    out = pod_identity(pod)
     if pod.node_selector:
         out["nodeSelector"] = dict(pod.node_selector)
     if pod.tolerations:
