@@ -53,6 +53,7 @@ from glm_operator.render.workloads import CANARY_CONDITION
 from tests.conftest import ARTIFACTS, TEST_METRICS_PORT, OperatorProcess
 from tests.realvllm.rendered import REPLACED, SPEC, rendered_pod
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually
+from tests.support.glmd import failed_canary_report
 from tests.support.realnode import NEEDS_ROOT_AND_CONTAINERD, NODE_NAME, TAINT_KEY, TOLERATION, RealNode
 
 RUN_ENV = "GLMOPS_REALVLLM_POD"
@@ -395,13 +396,12 @@ def test_the_random_model_fails_its_canaries_and_the_pod_stays_out_of_the_servic
     pod_name, pod_ip = pod["metadata"]["name"], pod["status"]["podIP"]
     started = time.monotonic()
 
-    def failed() -> dict[str, Any]:
-        reports = kubectl.get("glmd", NAME, namespace).get("status", {}).get("canary", {}).get("pods", {})
-        assert pod_name in reports and not reports[pod_name]["passed"], reports
-        report: dict[str, Any] = reports[pod_name]
-        return report
-
-    report = eventually(failed, timeout=CANARY_TIMEOUT_S, interval=2, what="the canaries to fail on the pod")
+    report = eventually(
+        lambda: failed_canary_report(kubectl, namespace, NAME, pod_name),
+        timeout=CANARY_TIMEOUT_S,
+        interval=2,
+        what="the canaries to fail on the pod",
+    )
     _timed(served.notes, "canary verdict after server up s", started)
     assert {"smoke", "gsm8k", "null-content", "copy"} <= set(report["failed"]), report
     message = report["message"]

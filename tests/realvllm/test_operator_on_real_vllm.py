@@ -26,6 +26,7 @@ from tests.realvllm.conftest import SERVED_NAME, RealServer
 from tests.realvllm.forwarder import Forwarder
 from tests.realvllm.rendered import SPEC, rendered_pod
 from tests.support.cluster import Kubectl, eventually
+from tests.support.glmd import failed_canary_report
 
 pytestmark = pytest.mark.cluster
 NAME = SPEC["metadata"]["name"]
@@ -136,13 +137,12 @@ def test_a_random_model_behind_a_pod_fails_its_canaries_and_never_joins_the_serv
     pod_name, pod_ip = pod["metadata"]["name"], pod["status"]["podIP"]
     nulls_before = _null_counts(real_vllm.url)
 
-    def failed() -> dict[str, Any]:
-        reports = kubectl.get("glmd", NAME, namespace).get("status", {}).get("canary", {}).get("pods", {})
-        assert pod_name in reports and not reports[pod_name]["passed"], reports
-        report: dict[str, Any] = reports[pod_name]
-        return report
-
-    report = eventually(failed, timeout=CANARY_TIMEOUT_S, interval=2, what="the canaries to fail on the real server")
+    report = eventually(
+        lambda: failed_canary_report(kubectl, namespace, NAME, pod_name),
+        timeout=CANARY_TIMEOUT_S,
+        interval=2,
+        what="the canaries to fail on the real server",
+    )
     wall = time.monotonic() - started
     print(f"\noperator canary verdict on the real server, from forwarding to status: {wall:.1f} s")
     print(f"status.canary.pods[{pod_name}]: {report}")

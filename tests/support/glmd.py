@@ -19,6 +19,14 @@ def owned_objects(kubectl: Kubectl, namespace: str) -> dict[str, dict[str, list[
     return owned
 
 
+def failed_canary_report(kubectl: Kubectl, namespace: str, name: str, pod: str) -> dict[str, Any]:
+    """status.canary.pods[pod] of GLMDeployment `name` once it reports a failure (raises AssertionError until then)."""
+    reports = kubectl.get("glmd", name, namespace).get("status", {}).get("canary", {}).get("pods", {})
+    assert pod in reports and not reports[pod]["passed"], reports
+    report: dict[str, Any] = reports[pod]
+    return report
+
+
 def serving_pods(kubectl: Kubectl, namespace: str, name: str) -> list[dict[str, Any]]:
     """The deployment's pods that are not being deleted."""
     return [
