@@ -45,11 +45,10 @@ from typing import Any
 import httpx
 import pytest
 
-from glm_operator.api.constants import LABEL_DEPLOYMENT, VLLM_PORT
+from glm_operator.api.constants import CANARY_CONDITION, LABEL_DEPLOYMENT, VLLM_PORT
 from glm_operator.catalog.accelerators import load_accelerators
 from glm_operator.render.security import vllm_security_context
 from glm_operator.render.storage import revision_key
-from glm_operator.render.workloads import CANARY_CONDITION
 from tests.conftest import ARTIFACTS, TEST_METRICS_PORT, OperatorProcess
 from tests.realvllm.rendered import REPLACED, SPEC, rendered_pod
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from glm_operator.render.workloads import CANARY_CONDITION
+from glm_operator.api.constants import CANARY_CONDITION
 from tests.support.cluster import Kubectl, eventually, run_script
 from tests.support.realnode import (
     BRIDGE,

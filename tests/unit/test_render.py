@@ -9,10 +9,11 @@ import pytest
 import yaml
 
 from glm_operator.api import GLMDeployment
+from glm_operator.api.constants import CANARY_CONDITION
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.cli.main import main
 from glm_operator.render.plan import build_plan
-from glm_operator.render.workloads import CANARY_CONDITION, render_objects, serving_selector
+from glm_operator.render.workloads import render_objects, serving_selector
 from glm_operator.rules.engine import admit
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.support.cluster import REPO

@@ -20,6 +20,9 @@ ROLE_GROUP = "group"
 """The role of StatefulSet node-group pods; only index 0 of a group serves HTTP, the others mirror its gate."""
 LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
 
+CANARY_CONDITION = "glmops.dev/canary"
+"""The readiness gate of every serving pod: the pod condition the canary gate writes."""
+
 MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
 SERVING = {LABEL_SERVING: "true", **MANAGED}
 """The labels of a serving pod as the kopf watch selects it."""

@@ -13,12 +13,11 @@ from typing import Any, Literal
 
 from glm_operator.api import GLMDeployment
 from glm_operator.api.conditions import now_rfc3339
-from glm_operator.api.constants import Reason
+from glm_operator.api.constants import CANARY_CONDITION, Reason
 from glm_operator.canary.gsm8k_data import Item
 from glm_operator.canary.results import SuiteResult
 from glm_operator.canary.suite import DEFAULT_GSM8K_EXPECTED, DEFAULT_GSM8K_THRESHOLD, SuiteInputs
 from glm_operator.catalog.bundle import Catalogs
-from glm_operator.render.workloads import CANARY_CONDITION
 
 Decision = tuple[Literal["True", "False"], str, str]
 FIRST_RETRY_S, MAX_RETRY_S = 15.0, 600.0

@@ -14,6 +14,7 @@ from typing import Any
 
 from glm_operator.api import GLMDeployment
 from glm_operator.api.constants import (
+    CANARY_CONDITION,
     LABEL_DEPLOYMENT,
     LABEL_POD_INDEX,
     LABEL_ROLE,
@@ -28,7 +29,6 @@ from glm_operator.render.pod_settings import merge_pod_settings
 from glm_operator.render.security import vllm_security_context
 from glm_operator.render.storage import attach_model_cache
 
-CANARY_CONDITION = "glmops.dev/canary"
 STARTUP_PROBE_SECONDS = 3600  # a 750 GB checkpoint can take most of an hour to download and load
 SHM_LIMIT = "64Gi"
 Owner = dict[str, Any]
