@@ -19,12 +19,22 @@ import pytest
 from kopf._core.actions import execution
 from kopf._core.engines import posting
 
+from glm_operator.api.v1alpha1 import GLMDeploymentStatus
 from glm_operator.canary.supervisor import PodTasks, WatchedPod
 from glm_operator.handlers import glmdeployment
 from glm_operator.handlers.detached import HANDLER_CAUSE, detached_context
 from glm_operator.handlers.runtime import Runtime
+from glm_operator.planner.deployment import Outcome
 
 META = {"name": "glm", "namespace": "ns", "labels": {"glmops.dev/deployment": "glm"}}
+OWNED = kopf.Body({"apiVersion": "v1", "kind": "Service", "metadata": {**META, "resourceVersion": "5"}})  # type: ignore[typeddict-item]
+SERVICES = kopf.Resource("", "v1", "services", kind="Service")
+
+
+def _refreshed(namespace: str, name: str) -> glmdeployment.Refreshed:
+    return glmdeployment.Refreshed(
+        {"metadata": {"name": name, "namespace": namespace}}, Outcome(status=GLMDeploymentStatus()), wrote_status=False
+    )
 
 
 @pytest.fixture
@@ -67,15 +77,17 @@ async def test_the_event_handler_returns_before_the_refresh_ends_and_restored_is
     release = threading.Event()
     calls: list[tuple[str, str, object]] = []
 
-    def refresh(namespace: str, name: str, *_: Any) -> dict[str, Any]:
+    def refresh(namespace: str, name: str, *_: Any) -> glmdeployment.Refreshed:
         calls.append((namespace, name, execution.cause_var.get(None)))
         release.wait(5)
-        return {"metadata": {"name": name, "namespace": namespace}}
+        return _refreshed(namespace, name)
 
     monkeypatch.setattr(glmdeployment, "refresh", refresh)
     logger = logging.getLogger("test")
     execution.cause_var.set(CAUSE)  # type: ignore[arg-type]
-    await asyncio.wait_for(glmdeployment._owned_event("DELETED", META, logger, memo), timeout=1)
+    memo.runtime.observed.record(OWNED)
+    await asyncio.wait_for(glmdeployment._owned_event("DELETED", OWNED, SERVICES, logger, memo), timeout=1)
+    assert memo.runtime.observed.get("ns", "Service", "glm") is None, "the deleted object's copy is gone at once"
     assert posted == [], "the handler returned while the refresh still runs"
     release.set()
     for _ in range(100):
@@ -97,7 +109,7 @@ async def test_a_failed_refresh_is_logged_and_tells_nothing_restored(
 
     monkeypatch.setattr(glmdeployment, "refresh", refresh)
     with caplog.at_level(logging.ERROR, logger="test"):
-        await glmdeployment._owned_event("DELETED", META, logging.getLogger("test"), memo)
+        await glmdeployment._owned_event("DELETED", OWNED, SERVICES, logging.getLogger("test"), memo)
         for _ in range(100):
             if caplog.records:
                 break

@@ -1,9 +1,17 @@
-"""GLMDeployment handlers: gather what was observed, call the planner, apply its outcome, write its status."""
+"""GLMDeployment handlers: gather what was observed, call the planner, apply its outcome, write its status.
+
+What the planner reads (the GLMDeployment, its owned objects) comes from the watches, not from the API server:
+kopf's indexing handlers below record every object's newest copy in `Runtime.observed` before any other handler
+runs (kopf starts the handlers only once every indexed kind has been listed), and every write records its answer
+(`planner/observed.py`). A reconcile, for a spec change or an owned object's event, costs API requests only for
+what changed.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+from dataclasses import dataclass
 from typing import Any, cast
 
 import kopf
@@ -20,6 +28,16 @@ from glm_operator.k8s.imagebuild import ensure_glmimage
 from glm_operator.planner.deployment import Observed, Outcome, image_request, plan
 
 API_RETRY_S = 5  # an API server restart takes seconds; kopf's default retry after a failure is 60 s
+KIND = "GLMDeployment"
+
+
+@dataclass(frozen=True)
+class Refreshed:
+    """One reconcile's result: the GLMDeployment as stored after it, its outcome, whether its status was written."""
+
+    body: dict[str, Any]
+    outcome: Outcome
+    wrote_status: bool
 
 
 def reconcile_body(body: dict[str, Any], context: Runtime, logger: Any) -> Outcome:
@@ -36,7 +54,7 @@ def _reconcile_body(body: dict[str, Any], context: Runtime, logger: Any) -> Outc
     meta = body["metadata"]
     request = image_request(body, catalogs, context.image_build)
     observed = Observed(
-        owned=tuple(objects.owned(meta["namespace"], meta["name"])),
+        owned=context.observed.owned_by(meta["namespace"], meta["name"]),
         lws_available=objects.lws_available(),
         glmimage=ensure_glmimage(request) if request is not None else None,
         catalog_error=context.catalogs.last_error,
@@ -44,25 +62,79 @@ def _reconcile_body(body: dict[str, Any], context: Runtime, logger: Any) -> Outc
     outcome = plan(body, observed, catalogs, context.downloads)
     try:
         for obj in outcome.apply:
-            objects.apply(obj)
+            context.observed.record(objects.apply(obj))  # read back by the next refresh before its watch event
         objects.delete(meta["namespace"], outcome.delete)
     except kubernetes.client.ApiException as err:
         raise kopf.TemporaryError(f"applying owned objects failed: {err.status} {err.reason}", delay=15) from err
+    for _api, kind, name in outcome.delete:
+        context.observed.forget(meta["namespace"], kind, name)
     if outcome.delete:
         removed = ", ".join(f"{kind}/{name}" for _api, kind, name in outcome.delete)
         logger.info(f"removed objects the plan no longer renders: {removed}")
     return outcome
 
 
+def refresh(namespace: str, name: str, context: Runtime, logger: Any) -> Refreshed | None:
+    """Reconcile one GLMDeployment as last observed; write its status if it changed; None if it is going away."""
+    body = context.observed.get(namespace, KIND, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return None  # the owner is going away; garbage collection removes the rest
+    before = body.get("status") or {}
+    outcome = reconcile_body(body, context, logger)
+    status = outcome.status_patch()
+    if not any(before.get(k) != v for k, v in status.items()):
+        return Refreshed(body, outcome, wrote_status=False)
+    try:
+        stored = objects.patch_glmdeployment_status(namespace, name, status)
+    except API_UNREACHABLE as err:
+        raise kopf.TemporaryError(f"the API server did not answer: {type(err).__name__}", delay=API_RETRY_S) from err
+    context.observed.record(stored, KIND)
+    return Refreshed(stored, outcome, wrote_status=True)
+
+
+def refresh_run(namespace: str, name: str, context: Runtime, logger: Any) -> functools.partial[Any]:
+    return functools.partial(asyncio.to_thread, refresh, namespace, name, context, logger)
+
+
 @kopf.on.resume(GROUP, VERSION, PLURAL, id="glmops-reconcile")
 @kopf.on.create(GROUP, VERSION, PLURAL, id="glmops-reconcile")
 @kopf.on.update(GROUP, VERSION, PLURAL, id="glmops-reconcile", field="spec")
-def reconcile(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, memo: kopf.Memo, **_: Any) -> None:
+async def reconcile(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **_: Any) -> None:
     """Apply the rendered workload, Service, PDB and canary ConfigMap; record plan and conditions."""
-    outcome = reconcile_body(dict(body), runtime(memo), logger)
-    patch.status.update(outcome.status_patch())
-    for event in outcome.events:
+    context = runtime(memo)
+    context.observed.record(body, KIND)  # what kopf hands in is at least as new as what the watch recorded
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    # One reconcile of a deployment at a time, with the refreshes its owned objects' events ask for.
+    run = refresh_run(namespace, name, context, logger)
+    done: Refreshed | None = await context.refreshes.request((namespace, name), run, context=detached_context())
+    if done is None:
+        return
+    for event in done.outcome.events:
         (kopf.info if event.type == "Normal" else kopf.warn)(body, reason=event.reason, message=event.message)
+
+
+@kopf.index(GROUP, VERSION, PLURAL, id="glmops-observe")
+async def observe_glmdeployment(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Record the newest copy of a GLMDeployment (kopf runs indexing before every other handler)."""
+    runtime(memo).observed.record(body, KIND)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, id="glmops-forget")
+async def forget_glmdeployment(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A deleted GLMDeployment's copy goes (its owned objects go by garbage collection, and their own events)."""
+    if type == "DELETED":
+        runtime(memo).observed.forget_object(body, KIND)
+
+
+async def _observe_owned(body: kopf.Body, resource: kopf.Resource, memo: kopf.Memo, **_: Any) -> None:
+    """Record the newest copy of an owned object (before its event handler asks for a refresh)."""
+    runtime(memo).observed.record(_typed(body, resource))
+
+
+def _typed(body: kopf.Body, resource: kopf.Resource) -> dict[str, Any]:
+    """The body with its apiVersion and kind (watch events carry them; kopf adds them to listed items)."""
+    api_version = f"{resource.group}/{resource.version}" if resource.group else resource.version
+    return {"apiVersion": api_version, "kind": resource.kind, **body}
 
 
 def _parent(meta: kopf.Meta) -> tuple[str, str] | None:
@@ -71,53 +143,45 @@ def _parent(meta: kopf.Meta) -> tuple[str, str] | None:
     return (namespace, name) if name and namespace else None
 
 
-def refresh(namespace: str, name: str, context: Runtime, logger: Any) -> dict[str, Any] | None:
-    """Reconcile one GLMDeployment outside its own events; write its status if it changed; return its body."""
-    body = objects.get_glmdeployment(namespace, name)
-    if body is None or body["metadata"].get("deletionTimestamp"):
-        return None  # the owner is going away; garbage collection removes the rest
-    before = body.get("status") or {}
-    outcome = reconcile_body(body, context, logger)
-    status = outcome.status_patch()
-    if any(before.get(k) != v for k, v in status.items()):
-        objects.patch_glmdeployment_status(namespace, name, status)
-        # A transition seen here (a download Job failing) is told where kubectl describe shows it.
-        for event in outcome.events:
-            if event.type == "Warning":
-                kopf.warn(kopf.Body(cast(kopf.RawBody, body)), reason=event.reason, message=event.message)
-    return body
-
-
-async def _owned_event(type: str, meta: kopf.Meta, logger: kopf.Logger, memo: kopf.Memo, **_: Any) -> None:
+async def _owned_event(
+    type: str, body: kopf.Body, resource: kopf.Resource, logger: kopf.Logger, memo: kopf.Memo, **_: Any
+) -> None:
     """An owned object changed or vanished: restore what drifted and refresh readiness (bursts coalesced)."""
-    parent = _parent(meta)
+    context = runtime(memo)
+    if type == "DELETED":
+        context.observed.forget_object(_typed(body, resource))
+    parent = _parent(body.metadata)
     if parent is None:
         return
-    context = runtime(memo)
     # Not awaited, and run and followed up outside this handler's context: either would keep this event's object and
     # kopf's handling of it alive until the refresh ends, thousands of them behind a busy thread pool at scale
     # (bench/RESULTS.md, reconcile scale).
     detached = detached_context()
-    run = functools.partial(asyncio.to_thread, refresh, *parent, context, logger)
-    refreshed = context.refreshes.submit(parent, run, context=detached)
-    deleted = str(meta.get("name")) if type == "DELETED" else None
+    refreshed = context.refreshes.submit(parent, refresh_run(*parent, context, logger), context=detached)
+    deleted = str(body.metadata.get("name")) if type == "DELETED" else None
     refreshed.add_done_callback(functools.partial(_refreshed, deleted, logger), context=detached)
 
 
-def _refreshed(deleted: str | None, logger: kopf.Logger, refreshed: asyncio.Future[dict[str, Any] | None]) -> None:
-    """After the refresh an owned object's event asked for: say what was restored, or log why it failed."""
+def _refreshed(deleted: str | None, logger: kopf.Logger, refreshed: asyncio.Future[Refreshed | None]) -> None:
+    """After the refresh an owned object's event asked for: say what was restored and what went wrong."""
     if refreshed.cancelled():
         return  # the operator is stopping
     error = refreshed.exception()
     if error is not None:
         logger.error(f"refreshing the owning GLMDeployment failed: {type(error).__name__}: {error}")
         return
-    body = refreshed.result()
-    if body is not None and deleted is not None:
-        kopf.info(
-            kopf.Body(cast(kopf.RawBody, body)), reason="Restored", message=f"re-created {deleted} after it was deleted"
-        )
+    done = refreshed.result()
+    if done is None:
+        return
+    body = kopf.Body(cast(kopf.RawBody, done.body))
+    if done.wrote_status:  # a transition seen here (a download Job failing) is told where kubectl describe shows it
+        for event in done.outcome.events:
+            if event.type == "Warning":
+                kopf.warn(body, reason=event.reason, message=event.message)
+    if deleted is not None:
+        kopf.info(body, reason="Restored", message=f"re-created {deleted} after it was deleted")
 
 
 for _resource in OWNED_RESOURCES:
+    kopf.index(*_resource, id=f"glmops-observe-{_resource[-1]}", labels=MANAGED)(_observe_owned)
     kopf.on.event(*_resource, id=f"glmops-owned-{_resource[-1]}", labels=MANAGED)(_owned_event)

@@ -16,7 +16,9 @@ from typing import Any
 
 from glm_operator.catalog.image_policy import ImagePolicy
 from glm_operator.k8s.catalog import CatalogSource
+from glm_operator.k8s.objects import OWNED_KINDS
 from glm_operator.planner.coalesce import Coalescer
+from glm_operator.planner.observed import ObservedObjects
 from glm_operator.render.imagebuild import BuildSettings
 from glm_operator.render.storage import DownloadSettings
 
@@ -29,6 +31,8 @@ class Runtime:
     image_build: BuildSettings
     refreshes: Coalescer = field(default_factory=Coalescer)  # owned-object events, one refresh per burst
     downloads: DownloadSettings = field(default_factory=DownloadSettings)  # model download Jobs (spec.modelCache)
+    # The newest copy of every GLMDeployment and owned object, from the watches and the operator's own writes.
+    observed: ObservedObjects = field(default_factory=lambda: ObservedObjects(kind for _, kind in OWNED_KINDS))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Runtime:

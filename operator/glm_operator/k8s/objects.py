@@ -92,16 +92,24 @@ def apply(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def owned(namespace: str, name: str) -> Iterable[dict[str, Any]]:
-    """Objects of every owned kind labelled as belonging to this GLMDeployment."""
+    """Objects of every owned kind labelled as belonging to this GLMDeployment (the handlers read their watches'
+    copies instead; this is the API server's own answer, for tools and tests)."""
     for api_version, kind in OWNED_KINDS:
         if kind == "LeaderWorkerSet" and not lws_available():
             continue
-        res = _resource(api_version, kind)
-        items = res.get(namespace=namespace, label_selector=selector({LABEL_DEPLOYMENT: name})).to_dict()["items"]
-        for item in items:
-            item.setdefault("apiVersion", api_version)
-            item.setdefault("kind", kind)
-            yield item
+        yield from list_labelled(api_version, kind, namespace, {LABEL_DEPLOYMENT: name})[0]
+
+
+def list_labelled(
+    api_version: str, kind: str, namespace: str, labels: dict[str, str]
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The objects of one kind in a namespace with these labels, and the resourceVersion the list was served at."""
+    listed = _resource(api_version, kind).get(namespace=namespace, label_selector=selector(labels)).to_dict()
+    items: list[dict[str, Any]] = listed["items"]
+    for item in items:
+        item.setdefault("apiVersion", api_version)
+        item.setdefault("kind", kind)
+    return items, (listed.get("metadata") or {}).get("resourceVersion")
 
 
 def delete(namespace: str, items: Iterable[tuple[str, str, str]]) -> None:
@@ -124,39 +132,53 @@ def get_glmdeployment(namespace: str, name: str) -> dict[str, Any] | None:
         raise
 
 
-def patch_glmdeployment_status(namespace: str, name: str, status: dict[str, Any]) -> None:
-    kubernetes.client.CustomObjectsApi(api_client()).patch_namespaced_custom_object_status(
+def patch_glmdeployment_status(namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+    """Merge `status` into the GLMDeployment's status; returns the object as stored after it."""
+    stored = kubernetes.client.CustomObjectsApi(api_client()).patch_namespaced_custom_object_status(
         GROUP, VERSION, namespace, PLURAL, name, {"apiVersion": API_VERSION, "status": status}
     )
+    return cast(dict[str, Any], stored)
 
 
 SUMMARY_ATTEMPTS = 5
 
 
-def settle_canary_summary(namespace: str, name: str, summarize: Callable[[dict[str, Any]], str]) -> None:
-    """Make status.canary.summary agree with status.canary.pods as stored now.
+def settle_canary_summary(
+    namespace: str,
+    name: str,
+    summarize: Callable[[dict[str, Any]], str],
+    stored: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """Make status.canary.summary agree with status.canary.pods as stored now; returns the object as last read.
 
     Each pod's gate patches its own report (a merge: no report is lost) with a summary computed from the reports
-    it last read, so two gates finishing together each leave the other's out. This reads again and patches under
-    the read's resourceVersion: a summary computed from reports that changed since is refused (409) and redone.
+    it last read, so two gates finishing together each leave the other's out. This checks the object as stored
+    (`stored`: the answer of the gate's own patch, else read here) and patches under its resourceVersion: a summary
+    computed from reports that changed since is refused (409), read again and redone.
     """
     api = kubernetes.client.CustomObjectsApi(api_client())
+    body = stored
     for _ in range(SUMMARY_ATTEMPTS):
-        body = get_glmdeployment(namespace, name)
         if body is None:
-            return
+            body = get_glmdeployment(namespace, name)
+        if body is None:
+            return None
         canary = (body.get("status") or {}).get("canary") or {}
         wanted = summarize(canary.get("pods") or {})
         if canary.get("summary") == wanted:
-            return
+            return body
         patch = {
             "apiVersion": API_VERSION,
             "metadata": {"resourceVersion": body["metadata"]["resourceVersion"]},
             "status": {"canary": {"summary": wanted}},
         }
         try:
-            api.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, patch)
-            return
+            return cast(
+                dict[str, Any],
+                api.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, patch),
+            )
         except kubernetes.client.ApiException as err:
             if err.status != 409:
                 raise
+            body = None  # changed since: read it again
+    return None

@@ -26,9 +26,11 @@ class Coalescer:
         self._waiters: dict[Hashable, list[asyncio.Future[Any]]] = {}
         self.runs = 0
 
-    async def request(self, key: Hashable, run: Callable[[], Awaitable[Any]]) -> Any:
-        """Return the result of a run of `run` for `key` that started after this call."""
-        return await asyncio.shield(self.submit(key, run))
+    async def request(
+        self, key: Hashable, run: Callable[[], Awaitable[Any]], context: contextvars.Context | None = None
+    ) -> Any:
+        """Return the result of a run of `run` for `key` that started after this call (see `submit` for `context`)."""
+        return await asyncio.shield(self.submit(key, run, context=context))
 
     def submit(
         self, key: Hashable, run: Callable[[], Awaitable[Any]], context: contextvars.Context | None = None

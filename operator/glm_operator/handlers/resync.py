@@ -1,0 +1,101 @@
+"""A re-list of the operator's objects every GLMOPS_RESYNC_SECONDS: what no watch saw deleted is forgotten.
+
+The operator reads its objects as its watches last delivered them (`planner/observed.py`). A watch that breaks and
+cannot resume (410 Gone, a network cut) starts again from a fresh list, and an object deleted in between never gets
+its DELETED event: its copy would stay, and a deployment would never re-create an owned object it believes exists.
+This sweep lists each kind once per namespace that holds a copy (not once per deployment: at 1,000 deployments in
+20 namespaces, 180 requests every 10 minutes by default) and drops every copy the list lacks and does not postdate;
+their deployments are refreshed, which re-creates what they still render.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from typing import Any
+
+import kopf
+
+from glm_operator.api import API_VERSION
+from glm_operator.api.constants import MANAGED
+from glm_operator.handlers.detached import detached_context
+from glm_operator.handlers.glmdeployment import KIND, refresh_run
+from glm_operator.handlers.runtime import Runtime, runtime
+from glm_operator.k8s import objects
+from glm_operator.planner.observed import OwnerKey, stale_after_relist
+
+log = logging.getLogger(__name__)
+DEFAULT_RESYNC_S = 600.0
+
+
+def resync_seconds(env: dict[str, str] | os._Environ[str]) -> float:
+    """GLMOPS_RESYNC_SECONDS, 600 when unset; 0 turns the sweep off."""
+    raw = env.get("GLMOPS_RESYNC_SECONDS", "").strip()
+    try:
+        value = float(raw) if raw else DEFAULT_RESYNC_S
+    except ValueError:
+        raise ValueError(
+            f"GLMOPS_RESYNC_SECONDS: {raw!r} is not a number of seconds; use e.g. 600, or 0 for off"
+        ) from None
+    if value < 0:
+        raise ValueError(f"GLMOPS_RESYNC_SECONDS: {raw!r} is negative; use e.g. 600, or 0 for off")
+    return value
+
+
+def resync_once(context: Runtime) -> set[OwnerKey]:
+    """List every kind in every namespace with a copy; forget the copies deleted unseen; return their owners."""
+    observed = context.observed
+    kinds = [(API_VERSION, KIND), *objects.OWNED_KINDS]
+    owners: set[OwnerKey] = set()
+    for namespace in sorted(observed.namespaces()):
+        for api_version, kind in kinds:
+            known = observed.names(namespace, kind)
+            if not known:
+                continue  # nothing of this kind is believed to exist here: nothing can be stale
+            labels = {} if kind == KIND else MANAGED
+            listed, version = objects.list_labelled(api_version, kind, namespace, labels)
+            list_version = int(version) if version and version.isdigit() else None
+            for name in stale_after_relist(known, listed, list_version):
+                owner = observed.owner_of(namespace, kind, name)
+                if observed.forget(namespace, kind, name, list_version):
+                    log.info("%s %s/%s was deleted while no watch saw it; forgotten", kind, namespace, name)
+                    if owner is not None:
+                        owners.add((namespace, owner))
+    return owners
+
+
+async def _sweep(context: Runtime, every: float, logger: Any) -> None:
+    while True:
+        await asyncio.sleep(every)
+        try:
+            owners = await asyncio.to_thread(resync_once, context)
+        except Exception as err:  # noqa: BLE001 - the next sweep tries again; the watches go on meanwhile
+            log.warning("the re-list of owned objects failed: %s: %s", type(err).__name__, err)
+            continue
+        for owner in sorted(owners):
+            context.refreshes.submit(owner, refresh_run(*owner, context, logger), context=detached_context())
+
+
+@kopf.on.startup(id="glmops-resync")
+async def start_resync(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    """Start the periodic re-list (GLMOPS_RESYNC_SECONDS; 0 turns it off)."""
+    try:
+        every = resync_seconds(os.environ)
+    except ValueError as err:  # a malformed setting: retrying cannot fix it
+        raise kopf.PermanentError(str(err)) from err
+    if every > 0:
+        memo.resync = asyncio.get_running_loop().create_task(
+            _sweep(runtime(memo), every, logger), name="glmops-resync", context=detached_context()
+        )
+
+
+@kopf.on.cleanup(id="glmops-resync")
+async def stop_resync(memo: kopf.Memo, **_: Any) -> None:
+    """Stop the re-list on shutdown."""
+    task = getattr(memo, "resync", None)
+    if isinstance(task, asyncio.Task):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,180 @@
+"""A refresh reads what it plans from the watched copies: nothing changed costs no API request, a change costs one.
+
+The API is replaced by a recorder of the calls the handler makes through `k8s/objects.py`; every read the handler
+could make (a GET of the GLMDeployment, a LIST of an owned kind) fails the test if made.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import logging
+from typing import Any
+
+import pytest
+
+from glm_operator.handlers import glmdeployment, resync
+from glm_operator.handlers.runtime import Runtime
+from glm_operator.k8s import objects
+from tests.support.builders import GLMDeploymentBuilder as B
+from tests.unit.test_planner_deployment import stored
+
+LOG = logging.getLogger("test")
+
+
+class RecordingApi:
+    """The writes `k8s/objects.py` would send, answered as the API server does (a new resourceVersion each)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str]] = []
+        self.versions = itertools.count(100)
+        self.status: dict[str, Any] = {}
+        self.body: dict[str, Any] = {}
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append(("apply", obj["kind"], obj["metadata"]["name"]))
+        out = copy.deepcopy(obj)
+        out["metadata"]["resourceVersion"] = str(next(self.versions))
+        out["metadata"]["managedFields"] = [{"manager": "glmops"}]
+        return out
+
+    def delete(self, namespace: str, items: Any) -> None:
+        for _api, kind, name in items:
+            self.calls.append(("delete", kind, name))
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append(("patch status", "GLMDeployment", name))
+        self.status = {**self.status, **copy.deepcopy(status)}
+        body = copy.deepcopy(self.body)
+        body["status"] = copy.deepcopy(self.status)
+        body["metadata"]["resourceVersion"] = str(next(self.versions))
+        return body
+
+
+def no_read(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError(f"a refresh read the API server: {args}")
+
+
+@pytest.fixture
+def api(monkeypatch: pytest.MonkeyPatch) -> RecordingApi:
+    recorder = RecordingApi()
+    monkeypatch.setattr(objects, "apply", recorder.apply)
+    monkeypatch.setattr(objects, "delete", recorder.delete)
+    monkeypatch.setattr(objects, "patch_glmdeployment_status", recorder.patch_status)
+    monkeypatch.setattr(objects, "lws_available", lambda: False)
+    for read in ("get_glmdeployment", "owned", "list_labelled"):
+        monkeypatch.setattr(objects, read, no_read)
+    return recorder
+
+
+def deployment(api: RecordingApi, context: Runtime) -> dict[str, Any]:
+    body = stored(B("glm").model("zai-org/GLM-5.3").accelerator("H200").tensor(8).vllm("0.33.0"))
+    body["metadata"]["resourceVersion"] = "1"
+    api.body = body
+    context.observed.record(body, "GLMDeployment")
+    return body
+
+
+def test_a_refresh_with_nothing_changed_since_the_last_costs_no_request(api: RecordingApi) -> None:
+    context = Runtime.from_env({})
+    deployment(api, context)
+    first = glmdeployment.refresh("ns", "glm", context, LOG)
+    assert first is not None and first.wrote_status
+    assert [c[0] for c in api.calls] == ["apply"] * 4 + ["patch status"]
+    assert {c[1] for c in api.calls[:4]} == {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget"}
+    api.calls.clear()
+    # The next events (each applied object's own, before any of them reached the watch) find everything in place.
+    for _ in range(3):
+        again = glmdeployment.refresh("ns", "glm", context, LOG)
+        assert again is not None and not again.wrote_status
+    assert api.calls == [], "the writes were read back from their answers, not from the API server"
+
+
+def test_a_deleted_owned_object_is_restored_with_one_apply_and_nothing_else(api: RecordingApi) -> None:
+    context = Runtime.from_env({})
+    deployment(api, context)
+    glmdeployment.refresh("ns", "glm", context, LOG)
+    api.calls.clear()
+    service = context.observed.get("ns", "Service", "glm")
+    assert service is not None
+    context.observed.forget_object(service)  # its DELETED event
+    glmdeployment.refresh("ns", "glm", context, LOG)
+    assert api.calls == [("apply", "Service", "glm")]
+
+
+def test_a_late_watch_event_of_an_older_copy_does_not_make_the_next_refresh_apply_again(api: RecordingApi) -> None:
+    context = Runtime.from_env({})
+    deployment(api, context)
+    glmdeployment.refresh("ns", "glm", context, LOG)
+    api.calls.clear()
+    workload = context.observed.get("ns", "Deployment", "glm")
+    assert workload is not None
+    older = copy.deepcopy(workload)
+    older["metadata"]["resourceVersion"] = "2"
+    older["spec"]["replicas"] = 0  # as it was before the operator's apply
+    assert context.observed.record(older) is False
+    glmdeployment.refresh("ns", "glm", context, LOG)
+    assert api.calls == []
+
+
+def test_an_edit_seen_by_the_watch_is_put_back_with_one_apply(api: RecordingApi) -> None:
+    context = Runtime.from_env({})
+    deployment(api, context)
+    glmdeployment.refresh("ns", "glm", context, LOG)
+    api.calls.clear()
+    workload = context.observed.get("ns", "Deployment", "glm")
+    assert workload is not None
+    workload["metadata"]["resourceVersion"] = "500"
+    workload["spec"]["replicas"] = 7  # someone scaled it by hand
+    assert context.observed.record(workload)
+    glmdeployment.refresh("ns", "glm", context, LOG)
+    assert api.calls == [("apply", "Deployment", "glm")]
+
+
+def test_a_deployment_no_longer_observed_is_not_reconciled(api: RecordingApi) -> None:
+    context = Runtime.from_env({})
+    assert glmdeployment.refresh("ns", "gone", context, LOG) is None
+    assert api.calls == []
+
+
+def test_the_relist_forgets_what_was_deleted_unseen_and_names_its_deployment(
+    api: RecordingApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    context = Runtime.from_env({})
+    deployment(api, context)
+    glmdeployment.refresh("ns", "glm", context, LOG)
+    lists: list[tuple[str, str]] = []
+
+    def list_labelled(api_version: str, kind: str, namespace: str, labels: dict[str, str]) -> Any:
+        lists.append((kind, namespace))
+        present = [o for o in context.observed.owned_by(namespace, "glm") if o["kind"] == kind and kind != "Service"]
+        if kind == "GLMDeployment":
+            present = [context.observed.get(namespace, kind, "glm")]
+        return present, "10000"
+
+    monkeypatch.setattr(objects, "list_labelled", list_labelled)
+    assert resync.resync_once(context) == {("ns", "glm")}
+    assert context.observed.get("ns", "Service", "glm") is None
+    assert sorted(lists) == sorted(
+        [
+            ("GLMDeployment", "ns"),
+            ("Deployment", "ns"),
+            ("Service", "ns"),
+            ("PodDisruptionBudget", "ns"),
+            ("ConfigMap", "ns"),
+        ]
+    ), "one list per kind with copies in the namespace, none for kinds with nothing to lose"
+    api.calls.clear()
+    glmdeployment.refresh("ns", "glm", context, LOG)
+    assert api.calls == [("apply", "Service", "glm")]
+
+
+@pytest.mark.parametrize(("raw", "seconds"), [("", 600.0), ("30", 30.0), ("0", 0.0)])
+def test_the_relist_interval_is_a_setting(raw: str, seconds: float) -> None:
+    assert resync.resync_seconds({"GLMOPS_RESYNC_SECONDS": raw}) == seconds
+
+
+@pytest.mark.parametrize("raw", ["soon", "-5"])
+def test_a_malformed_relist_interval_names_the_setting_and_the_fix(raw: str) -> None:
+    with pytest.raises(ValueError, match=r"GLMOPS_RESYNC_SECONDS: .* use e\.g\. 600, or 0 for off"):
+        resync.resync_seconds({"GLMOPS_RESYNC_SECONDS": raw})
