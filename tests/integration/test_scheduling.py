@@ -158,9 +158,9 @@ def test_the_gate_writer_patches_only_its_condition_and_skips_a_repeat(
     }
     kubectl.apply(pod, "-n", namespace)
     eventually(lambda: kubectl.get("pod", "gw", namespace)["status"].get("phase") == "Running", timeout=60)
-    assert pods.set_gate(namespace, "gw", "True", "CanaryPassed", "all checks passed") is True
+    assert pods.set_gate(namespace, "gw", "True", "CanaryPassed", "all checks passed") is not None
     version = kubectl.get("pod", "gw", namespace)["metadata"]["resourceVersion"]
-    assert pods.set_gate(namespace, "gw", "True", "CanaryPassed", "all checks passed") is False
+    assert pods.set_gate(namespace, "gw", "True", "CanaryPassed", "all checks passed") is None
     assert kubectl.get("pod", "gw", namespace)["metadata"]["resourceVersion"] == version
     conds = {c["type"]: c for c in kubectl.get("pod", "gw", namespace)["status"]["conditions"]}
     assert {"Initialized", "ContainersReady", "glmops.dev/canary"} <= set(conds), "other conditions survive"

@@ -9,6 +9,7 @@ import kopf
 import pytest
 import urllib3
 
+from glm_operator.api.constants import CANARY_CONDITION
 from glm_operator.handlers import canary, glmdeployment
 from glm_operator.k8s.client import API_UNREACHABLE
 from glm_operator.sim.fleet import sim_argv
@@ -41,14 +42,22 @@ async def test_a_gate_write_is_retried_until_the_api_server_answers(monkeypatch:
 async def test_a_group_workers_mirror_of_its_leader_waits_out_an_api_server_restart(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A headless worker of a multi-node group copies its leader's gate: a refused read is retried, never raised."""
+    """A headless worker of a multi-node group copies its leader's gate: a refused write is retried, never raised."""
     monkeypatch.setattr(canary, "API_RETRY_S", 0.01)
-    reads: list[str] = []
+    attempts: list[tuple[Any, ...]] = []
     written: list[tuple[Any, ...]] = []
+    leader = {
+        "status": {
+            "conditions": [
+                {"type": CANARY_CONDITION, "status": "True", "reason": "CanaryPassed", "message": "3/3 checks passed"}
+            ]
+        }
+    }
+    looked_up: list[tuple[str, str]] = []
 
     class Worker:
         namespace, name = "ns", "group-0-1"
-        polls = 0
+        body: dict[str, Any] = {"metadata": {"name": "group-0-1"}}
 
         @property
         def stopped(self) -> bool:
@@ -57,16 +66,24 @@ async def test_a_group_workers_mirror_of_its_leader_waits_out_an_api_server_rest
         async def wait(self, seconds: float, *, or_change: bool = False) -> None:
             await asyncio.sleep(0)
 
-    def get_gate(namespace: str, leader: str) -> tuple[str, str, str]:
-        reads.append(leader)
-        if len(reads) < 3:
-            raise REFUSED
-        return ("True", "CanaryPassed", "3/3 checks passed")
+        def update(self, body: dict[str, Any]) -> None:
+            self.body = body
 
-    monkeypatch.setattr(canary.pods, "get_gate", get_gate)
-    monkeypatch.setattr(canary.pods, "set_gate", lambda *args: written.append(args) or True)
-    await asyncio.wait_for(canary._mirror_leader(Worker()), timeout=5)  # type: ignore[arg-type]
-    assert reads == ["group-0-0"] * 3
+    def set_gate(*args: Any) -> dict[str, Any]:
+        attempts.append(args)
+        if len(attempts) < 3:
+            raise REFUSED
+        written.append(args[:5])
+        return {"metadata": {"name": "group-0-1", "resourceVersion": "9"}}
+
+    def watched(namespace: str, name: str) -> dict[str, Any]:
+        looked_up.append((namespace, name))
+        return leader
+
+    monkeypatch.setattr(canary.pods, "set_gate", set_gate)
+    await asyncio.wait_for(canary._mirror_leader(Worker(), watched), timeout=5)  # type: ignore[arg-type]
+    assert looked_up == [("ns", "group-0-0")], "the leader's gate is read from its watched view, once"
+    assert len(attempts) == 3
     assert written == [("ns", "group-0-1", "True", "CanaryPassed", "group leader group-0-0: 3/3 checks passed")]
 
 

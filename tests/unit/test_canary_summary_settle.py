@@ -67,3 +67,24 @@ def test_the_summary_is_written_under_the_version_it_was_computed_from(
     assert [p["metadata"]["resourceVersion"] for p in api.patches] == patched
     for patch, body in zip(api.patches, bodies[-len(api.patches) :] if api.patches else [], strict=True):
         assert patch["status"]["canary"]["summary"] == summarize(body["status"]["canary"]["pods"])
+
+
+@pytest.mark.parametrize(
+    ("stored", "patched", "reads"),
+    [
+        # The gate's own patch answered with reports and summary in agreement: nothing more to send or read.
+        (_body("7", {"a": FAILED}, "0/1 pods passed; failing a: smoke 0"), [], 0),
+        # Its answer shows another pod's report it did not know of: corrected under that answer's version, unread.
+        (_body("7", {"a": FAILED, "b": FAILED}, "0/1 pods passed; failing a: smoke 0"), ["7"], 0),
+    ],
+)
+def test_the_answer_of_the_gates_own_patch_is_settled_without_reading_it_again(
+    monkeypatch: pytest.MonkeyPatch, stored: dict[str, Any], patched: list[str], reads: int
+) -> None:
+    api = FakeStatusApi([stored])
+    monkeypatch.setattr(objects, "get_glmdeployment", api.get)
+    monkeypatch.setattr(kubernetes.client, "CustomObjectsApi", lambda *_: api)
+    monkeypatch.setattr(objects, "api_client", lambda: None)
+    objects.settle_canary_summary("ns", "glm", summarize, stored)
+    assert [p["metadata"]["resourceVersion"] for p in api.patches] == patched
+    assert api.reads == reads

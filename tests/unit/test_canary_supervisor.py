@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
+from glm_operator.api.constants import CANARY_CONDITION
 from glm_operator.canary.peering import paused_by_peers
 from glm_operator.canary.supervisor import PodTasks, WatchedPod
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.planner.deployment import Observed, plan
 from glm_operator.render.canary_state import NEVER_S, GateState, gate_condition, pod_is_serving_ready
-from glm_operator.render.workloads import CANARY_CONDITION
 from glm_operator.rules.engine import admit
 from tests.support.cluster import REPO
 
@@ -289,9 +289,15 @@ def test_a_watched_pod_keeps_only_what_the_gate_reads_never_the_spec_or_managed_
     asyncio.run(scenario())
     kept = seen[0].body
     assert set(kept) == {"metadata", "status"}, "no spec: a thousand pods' containers, env and volumes add up"
-    assert set(kept["metadata"]) == {"namespace", "name", "uid", "labels"}, "no managedFields, annotations, owners"
+    assert set(kept["metadata"]) == {"namespace", "name", "uid", "resourceVersion", "labels"}, (
+        "no managedFields, annotations, owners"
+    )
     assert set(kept["status"]) == {"phase", "podIP", "conditions"}
-    assert all(set(c) <= {"type", "status"} for c in kept["status"]["conditions"])
+    others = [c for c in kept["status"]["conditions"] if c["type"] != CANARY_CONDITION]
+    assert others and all(set(c) <= {"type", "status"} for c in others)
+    # The gate's own condition whole: whether a verdict changes it is decided from the view, without a GET.
+    own = next(c for c in kept["status"]["conditions"] if c["type"] == CANARY_CONDITION)
+    assert own == next(c for c in full["status"]["conditions"] if c["type"] == CANARY_CONDITION)
     # What the gate decides on reads the same from the view as from the whole pod.
     assert seen[0].labels == full["metadata"]["labels"]
     assert pod_is_serving_ready(seen[0].status) and seen[0].status["podIP"] == "127.22.0.9"

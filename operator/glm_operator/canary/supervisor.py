@@ -21,28 +21,36 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from glm_operator.api.constants import CANARY_CONDITION
+
 log = logging.getLogger(__name__)
 PodKey = tuple[str, str]  # namespace, name
 STOP_TIMEOUT_S = 5.0
 
 
 GATE_CONDITION_FIELDS = ("type", "status")
+# The gate's own condition whole: whether writing it would change anything is decided from the view, not a GET.
+CANARY_CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")
 
 
 def gate_view(body: dict[str, Any]) -> dict[str, Any]:
-    """The part of a pod body the gate reads, in the body's own shape: identity and labels, phase, pod IP, and
-    each condition's type and status (ContainersReady, the canary's own readiness gate)."""
+    """The part of a pod body the gate reads, in the body's own shape: identity, version and labels, phase, pod IP,
+    each condition's type and status (ContainersReady), and the canary's own readiness-gate condition whole."""
     meta = body.get("metadata") or {}
     status = body.get("status") or {}
     conditions = [
-        {k: c[k] for k in GATE_CONDITION_FIELDS if k in c}
+        {
+            k: c[k]
+            for k in (CANARY_CONDITION_FIELDS if c.get("type") == CANARY_CONDITION else GATE_CONDITION_FIELDS)
+            if k in c
+        }
         for c in status.get("conditions") or []
         if isinstance(c, dict)
     ]
     kept_status = {k: status[k] for k in ("phase", "podIP") if k in status}
     if conditions:
         kept_status["conditions"] = conditions
-    kept_meta = {k: meta[k] for k in ("namespace", "name", "uid") if k in meta}
+    kept_meta = {k: meta[k] for k in ("namespace", "name", "uid", "resourceVersion") if k in meta}
     kept_meta["labels"] = dict(meta.get("labels") or {})
     return {"metadata": kept_meta, "status": kept_status}
 
@@ -83,12 +91,21 @@ class WatchedPod:
                 waiter.cancel()
 
     def update(self, body: dict[str, Any]) -> None:
+        """The newest pod body, from the watch or a write's answer; an older one (a late watch event) is ignored."""
+        if _older(body, self.body):
+            return
         self.body = gate_view(body)
         self._changed.set()
 
     def stop(self, *, gone: bool = False) -> None:
         self.gone = self.gone or gone
         self._stop.set()
+
+
+def _older(new: dict[str, Any], kept: dict[str, Any]) -> bool:
+    """Whether `new` predates `kept` (resourceVersions compare as integers within a kind: Kubernetes 1.35+)."""
+    versions = [str((b.get("metadata") or {}).get("resourceVersion") or "") for b in (new, kept)]
+    return all(v.isdigit() for v in versions) and int(versions[0]) < int(versions[1])
 
 
 GateRun = Callable[[WatchedPod], Awaitable[None]]
@@ -115,6 +132,11 @@ class PodTasks:
 
     def running(self) -> list[PodKey]:
         return sorted(key for key, (_, task) in self._tasks.items() if not task.done())
+
+    def view(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The gate's view of a watched pod with a running task (e.g. a group's leader), or None."""
+        found = self._tasks.get((namespace, name))
+        return None if found is None or found[1].done() else found[0].body
 
     def observe(self, event_type: str | None, body: dict[str, Any]) -> None:
         """One watch event of a serving pod: start its task, hand it the new body, or stop it."""

@@ -10,14 +10,22 @@ import asyncio
 import contextlib
 import datetime
 import logging
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, TypeVar, cast
 
 import kopf
 import kubernetes
 
 from glm_operator.api import GLMDeployment
-from glm_operator.api.constants import LABEL_DEPLOYMENT, LABEL_POD_INDEX, LABEL_ROLE, ROLE_GROUP, SERVING, VLLM_PORT
+from glm_operator.api.constants import (
+    CANARY_CONDITION,
+    LABEL_DEPLOYMENT,
+    LABEL_POD_INDEX,
+    LABEL_ROLE,
+    ROLE_GROUP,
+    SERVING,
+    VLLM_PORT,
+)
 from glm_operator.canary.client import EndpointError, OpenAIClient
 from glm_operator.canary.peering import paused_by_peers
 from glm_operator.canary.suite import SuiteInputs, run_suite
@@ -65,8 +73,13 @@ async def _api(call: Callable[..., T], *args: Any) -> T:
 async def start_gates(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """Start the registry of per-pod gate tasks, and follow kopf's peering so they pause when kopf does."""
     context = runtime(memo)
+
+    def run(pod: WatchedPod) -> Awaitable[None]:
+        return canary_gate(pod, context, gates.view)
+
     # Each pod's task outlives the watch event that starts it: kept apart from that handler's cause (its whole pod).
-    memo.gates = PodTasks(lambda pod: canary_gate(pod, context), context=detached_context)
+    gates = PodTasks(run, context=detached_context)
+    memo.gates = gates
     if not settings.peering.standalone:
         memo.gates_peering = asyncio.create_task(_follow_peering(memo.gates, settings))
 
@@ -90,17 +103,23 @@ async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         gates.observe(event.get("type"), cast(dict[str, Any], event["object"]))
 
 
-async def canary_gate(pod: WatchedPod, context: Runtime) -> None:
-    """Run the suite when the pod's server is up; keep re-checking at the deployment's interval."""
+PodView = Callable[[str, str], "dict[str, Any] | None"]
+
+
+async def canary_gate(pod: WatchedPod, context: Runtime, watched: PodView) -> None:
+    """Run the suite when the pod's server is up; keep re-checking at the deployment's interval.
+
+    The GLMDeployment and the pods are read as last watched (`context.observed`, the gates' views), never fetched:
+    a check that changes nothing costs no API request."""
     labels = pod.labels
     parent = labels.get(LABEL_DEPLOYMENT, "")
     if not parent:
         return  # labelled serving but owned by no GLMDeployment: nothing to check it against
     if labels.get(LABEL_ROLE) == ROLE_GROUP and labels.get(LABEL_POD_INDEX, "0") != "0":
-        await _mirror_leader(pod)
+        await _mirror_leader(pod, watched)
         return
     state = GateState()  # lives as long as the task: nothing below may end it but the pod going away
-    delay: float | None = await asyncio.to_thread(_resume_delay, pod, parent, state)
+    delay: float | None = _resume_delay(pod, _deployment(context, pod.namespace, parent), state)
     if delay:
         await pod.wait(delay)
     while not pod.stopped:
@@ -109,17 +128,22 @@ async def canary_gate(pod: WatchedPod, context: Runtime) -> None:
             await pod.wait(2, or_change=True)
             continue
         try:
-            delay = await _check_once(pod.namespace, parent, pod.name, str(status["podIP"]), state, context)
+            delay = await _check_once(pod, parent, str(status["podIP"]), state, context)
         except Exception as err:  # noqa: BLE001 - nothing a pod answers may end its gate or lose its counts
             detail = err_detail(err)
             delay = state.could_not_run()
             log.warning("canary could not ask pod %s/%s: %s; next in %.0fs", pod.namespace, pod.name, detail, delay)
-            await _report_unreachable(pod.namespace, parent, pod.name, state, detail)
+            await _report_unreachable(pod, parent, state, detail, context)
         if delay is None:
             return  # the GLMDeployment is gone
         await pod.wait(delay)
     if pod.gone:  # the pod was deleted: its report goes; an operator that stops or pauses keeps them
-        await asyncio.to_thread(_forget, pod.namespace, parent, pod.name)
+        await asyncio.to_thread(_forget, pod.namespace, parent, pod.name, context)
+
+
+def _deployment(context: Runtime, namespace: str, name: str) -> dict[str, Any] | None:
+    """The GLMDeployment as last watched or written, or None when it is gone."""
+    return context.observed.get(namespace, "GLMDeployment", name)
 
 
 def err_detail(err: BaseException) -> str:
@@ -128,31 +152,28 @@ def err_detail(err: BaseException) -> str:
     return " ".join(text.split())[:300]
 
 
-async def _report_unreachable(namespace: str, parent: str, pod: str, state: GateState, detail: str) -> None:
+async def _report_unreachable(pod: WatchedPod, parent: str, state: GateState, detail: str, context: Runtime) -> None:
     """Once the pod could not be asked several times in a row: gate, Event, status and metric say so."""
     if state.unreachable < UNREACHABLE_REPORT_AFTER:
         return
     try:
-        body = await asyncio.to_thread(objects.get_glmdeployment, namespace, parent)
+        body = _deployment(context, pod.namespace, parent)
         if body is None:
             return
-        record_unreachable(namespace, parent)
+        record_unreachable(pod.namespace, parent)
         config = GLMDeployment.model_validate(body).spec.canary
         decision = state.unreachable_verdict(detail, config.failures_to_unready)
-        if decision is not None and await asyncio.to_thread(pods.set_gate, namespace, pod, *decision):
-            kopf.warn(kopf.Body(cast(kopf.RawBody, body)), reason=decision[1], message=f"pod {pod}: {decision[2]}")
-        report = state.unreachable_report(detail)
-        reports = {**((body.get("status") or {}).get("canary") or {}).get("pods", {}), pod: report}
-        summary = {"canary": {"pods": {pod: report}, "summary": summarize(reports)}}
-        await asyncio.to_thread(objects.patch_glmdeployment_status, namespace, parent, summary)
-        await asyncio.to_thread(objects.settle_canary_summary, namespace, parent, summarize)
+        if decision is not None and await _write_gate(pod, decision):
+            kopf.warn(kopf.Body(cast(kopf.RawBody, body)), reason=decision[1], message=f"pod {pod.name}: {decision[2]}")
+        await asyncio.to_thread(
+            _write_report, pod.namespace, parent, pod.name, state.unreachable_report(detail), body, context
+        )
     except Exception as err:  # noqa: BLE001 - the next attempt reports again
-        log.warning("could not report the unreachable pod %s/%s: %s", namespace, pod, err_detail(err))
+        log.warning("could not report the unreachable pod %s/%s: %s", pod.namespace, pod.name, err_detail(err))
 
 
-def _resume_delay(pod: WatchedPod, parent: str, state: GateState) -> float:
+def _resume_delay(pod: WatchedPod, body: dict[str, Any] | None, state: GateState) -> float:
     """After a restart: trust a recent verdict recorded in status instead of asking every pod again at once."""
-    body = objects.get_glmdeployment(pod.namespace, parent)
     if body is None:
         return 0.0
     report = (((body.get("status") or {}).get("canary") or {}).get("pods") or {}).get(pod.name)
@@ -180,11 +201,9 @@ async def _follow_peering(gates: PodTasks, settings: kopf.OperatorSettings) -> N
         await asyncio.sleep(PEERING_CHECK_S)
 
 
-async def _check_once(
-    namespace: str, parent: str, pod: str, ip: str, state: GateState, context: Runtime
-) -> float | None:
+async def _check_once(pod: WatchedPod, parent: str, ip: str, state: GateState, context: Runtime) -> float | None:
     """One canary run against one pod: the gate written, Events and status posted; the delay to the next run."""
-    body = await _api(objects.get_glmdeployment, namespace, parent)
+    body = _deployment(context, pod.namespace, parent)
     if body is None:
         return None
     glmd = GLMDeployment.model_validate(body)
@@ -198,31 +217,61 @@ async def _check_once(
         result = await run_suite(client, inputs)
     finally:
         await client.close()
-    record_suite(namespace, parent, result)
+    record_suite(pod.namespace, parent, result)
     decision = state.observe(result, inputs.config.failures_to_unready)
-    if decision is not None and await _api(pods.set_gate, namespace, pod, *decision):
+    if decision is not None and await _write_gate(pod, decision):
         event = kopf.info if decision[0] == "True" else kopf.warn
-        event(kopf.Body(cast(kopf.RawBody, body)), reason=decision[1], message=f"pod {pod}: {decision[2]}")
-    report = state.report(result)
-    reports = {**((body.get("status") or {}).get("canary") or {}).get("pods", {}), pod: report}
-    summary = {"canary": {"pods": {pod: report}, "summary": summarize(reports)}}
-    await _api(objects.patch_glmdeployment_status, namespace, parent, summary)
-    await _api(objects.settle_canary_summary, namespace, parent, summarize)
+        event(kopf.Body(cast(kopf.RawBody, body)), reason=decision[1], message=f"pod {pod.name}: {decision[2]}")
+    await _api(_write_report, pod.namespace, parent, pod.name, state.report(result), body, context)
     return state.next_delay(result, inputs.config.recheck_seconds)
 
 
-async def _mirror_leader(pod: WatchedPod) -> None:
-    """A headless node of a StatefulSet group serves no HTTP: it is as ready as its group's leader."""
+async def _write_gate(pod: WatchedPod, decision: tuple[Literal["True", "False"], str, str]) -> bool:
+    """Write the pod's gate unless the pod as last watched says it already; the answer becomes the pod's view."""
+    stored = await _api(pods.set_gate, pod.namespace, pod.name, *decision, pod.body)
+    if stored is None:
+        return False
+    pod.update(stored)
+    return True
+
+
+def _write_report(
+    namespace: str, parent: str, pod: str, report: dict[str, Any], body: dict[str, Any], context: Runtime
+) -> None:
+    """Merge the pod's report into status.canary with a summary, then settle the summary on what is stored."""
+    reports = {**((body.get("status") or {}).get("canary") or {}).get("pods", {}), pod: report}
+    summary = {"canary": {"pods": {pod: report}, "summary": summarize(reports)}}
+    stored = objects.patch_glmdeployment_status(namespace, parent, summary)
+    context.observed.record(stored, "GLMDeployment")
+    settled = objects.settle_canary_summary(namespace, parent, summarize, stored)
+    if settled is not None:
+        context.observed.record(settled, "GLMDeployment")
+
+
+async def _mirror_leader(pod: WatchedPod, watched: PodView) -> None:
+    """A headless node of a StatefulSet group serves no HTTP: it is as ready as its group's leader.
+
+    The leader's gate is read from its own task's view of it (the leader is a watched serving pod too): no request
+    while nothing changes."""
     leader = pod.name.rsplit("-", 1)[0] + "-0"
     while not pod.stopped:
-        # Through _api, as the leader's own gate: an API server restarting is waited out, not a task ended.
-        gate = await _api(pods.get_gate, pod.namespace, leader)
+        gate = leader_gate(watched(pod.namespace, leader))
         if gate is not None:
-            await _api(pods.set_gate, pod.namespace, pod.name, gate[0], gate[1], f"group leader {leader}: {gate[2]}")
+            # Through _api, as the leader's own gate: an API server restarting is waited out, not a task ended.
+            await _write_gate(pod, (gate[0], gate[1], f"group leader {leader}: {gate[2]}"))
         await pod.wait(5)
 
 
-def _forget(namespace: str, parent: str, pod: str) -> None:
+def leader_gate(view: dict[str, Any] | None) -> tuple[Literal["True", "False"], str, str] | None:
+    """The canary condition a watched pod carries (status, reason, message), or None (not watched, not decided)."""
+    for c in ((view or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == CANARY_CONDITION and c.get("status") in ("True", "False"):
+            return c["status"], c.get("reason") or "", c.get("message") or ""
+    return None
+
+
+def _forget(namespace: str, parent: str, pod: str, context: Runtime) -> None:
     """Drop a deleted pod's canary report (the GLMDeployment itself may be gone with its pods)."""
     with contextlib.suppress(kubernetes.client.ApiException):
-        objects.patch_glmdeployment_status(namespace, parent, {"canary": {"pods": {pod: None}}})
+        stored = objects.patch_glmdeployment_status(namespace, parent, {"canary": {"pods": {pod: None}}})
+        context.observed.record(stored, "GLMDeployment")
