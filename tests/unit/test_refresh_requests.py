@@ -6,14 +6,17 @@ could make (a GET of the GLMDeployment, a LIST of an owned kind) fails the test 
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 import logging
 from typing import Any
 
+import kopf
 import pytest
 
-from glm_operator.handlers import glmdeployment, resync
+from glm_operator.canary.supervisor import PodTasks
+from glm_operator.handlers import canary, glmdeployment, resync
 from glm_operator.handlers.runtime import Runtime
 from glm_operator.k8s import objects
 from tests.support.builders import GLMDeploymentBuilder as B
@@ -178,3 +181,37 @@ def test_the_relist_interval_is_a_setting(raw: str, seconds: float) -> None:
 def test_a_malformed_relist_interval_names_the_setting_and_the_fix(raw: str) -> None:
     with pytest.raises(ValueError, match=r"GLMOPS_RESYNC_SECONDS: .* use e\.g\. 600, or 0 for off"):
         resync.resync_seconds({"GLMOPS_RESYNC_SECONDS": raw})
+
+
+async def test_a_replica_active_again_after_a_pause_relists_soon_not_at_the_next_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(resync, "RELIST_AFTER_RESUME_S", 0.01)
+    context = Runtime.from_env({})
+    waiting = asyncio.create_task(resync._next_sweep(context, every=3600))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    context.relist_requested.set()
+    await asyncio.wait_for(waiting, timeout=2)
+    assert not context.relist_requested.is_set(), "one request, one re-list"
+    await asyncio.wait_for(resync._next_sweep(context, every=0.01), timeout=2)  # and the interval still runs
+
+
+async def test_the_peering_follower_asks_for_a_relist_when_this_replica_becomes_active_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    verdicts = iter([True, True, False, False])
+    monkeypatch.setattr(canary, "read_peers", lambda *_: [])
+    monkeypatch.setattr(canary, "paused_by_peers", lambda *_: next(verdicts))
+    monkeypatch.setattr(canary, "PEERING_CHECK_S", 0.0)
+    gates = PodTasks(lambda pod: asyncio.sleep(0))
+    settings = kopf.OperatorSettings()
+    settings.peering.clusterwide = True
+    resumed: list[bool] = []
+    follower = asyncio.create_task(canary._follow_peering(gates, settings, lambda: resumed.append(gates.paused)))
+    for _ in range(200):
+        await asyncio.sleep(0.005)
+        if resumed:
+            break
+    follower.cancel()
+    assert resumed == [False], "asked once, after the gates resumed"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import types
 
+import kopf
 import pytest
 
 from glm_operator.handlers.runtime import Runtime, runtime
@@ -40,3 +41,17 @@ def test_the_log_level_comes_from_glmops_log_level(env: dict[str, str], level: s
 def test_an_unknown_log_level_names_the_variable_and_the_levels() -> None:
     with pytest.raises(ValueError, match=r"GLMOPS_LOG_LEVEL: 'LOUD' is not a log level; use one of DEBUG, INFO"):
         log_level({"GLMOPS_LOG_LEVEL": "LOUD"})
+
+
+def test_a_start_up_handler_that_ran_before_the_settings_sees_the_same_copies_as_every_handler_after() -> None:
+    """kopf runs start-up handlers in no set order: the canary gates' may build a runtime before the settings
+    handler stores its own, and both must read one store of observed objects."""
+    from glm_operator.handlers import settings
+
+    memo = types.SimpleNamespace()
+    early = runtime(memo)  # a start-up handler that ran first
+    early.observed.record({"kind": "GLMDeployment", "metadata": {"name": "glm", "namespace": "ns"}})
+    settings.configure(settings=kopf.OperatorSettings(), memo=memo)
+    assert runtime(memo) is not early, "the settings handler's own runtime, from its settings"
+    assert runtime(memo).observed is early.observed and runtime(memo).refreshes is early.refreshes
+    assert runtime(memo).observed.get("ns", "GLMDeployment", "glm") is not None

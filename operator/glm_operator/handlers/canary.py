@@ -72,16 +72,19 @@ async def _api(call: Callable[..., T], *args: Any) -> T:
 @kopf.on.startup(id="glmops-canary-gates")
 async def start_gates(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """Start the registry of per-pod gate tasks, and follow kopf's peering so they pause when kopf does."""
-    context = runtime(memo)
 
     def run(pod: WatchedPod) -> Awaitable[None]:
-        return canary_gate(pod, context, gates.view)
+        # The runtime as stored when the pod's task starts: the settings handler may run after this one and store
+        # the one every other handler reads (a runtime captured here could be another, with empty copies).
+        return canary_gate(pod, runtime(memo), gates.view)
 
     # Each pod's task outlives the watch event that starts it: kept apart from that handler's cause (its whole pod).
     gates = PodTasks(run, context=detached_context)
     memo.gates = gates
     if not settings.peering.standalone:
-        memo.gates_peering = asyncio.create_task(_follow_peering(memo.gates, settings))
+        memo.gates_peering = asyncio.create_task(
+            _follow_peering(memo.gates, settings, lambda: runtime(memo).relist_requested.set())
+        )
 
 
 @kopf.on.cleanup(id="glmops-canary-gates")
@@ -181,8 +184,11 @@ def _resume_delay(pod: WatchedPod, body: dict[str, Any] | None, state: GateState
     return state.resume(gate_condition(pod.body), report, recheck)
 
 
-async def _follow_peering(gates: PodTasks, settings: kopf.OperatorSettings) -> None:
-    """Pause the gate tasks while kopf's peering says another replica is the active one."""
+async def _follow_peering(
+    gates: PodTasks, settings: kopf.OperatorSettings, resumed: Callable[[], None] = lambda: None
+) -> None:
+    """Pause the gate tasks while kopf's peering says another replica is the active one; call `resumed` when this
+    replica becomes the active one again (its watches were paused: what was deleted meanwhile, it never saw)."""
     while True:
         namespaces: list[str | None] = [None]
         if not settings.peering.clusterwide:  # kopf keeps one peering object per served namespace
@@ -196,8 +202,9 @@ async def _follow_peering(gates: PodTasks, settings: kopf.OperatorSettings) -> N
         else:
             if paused:
                 await gates.pause()
-            else:
+            elif gates.paused:
                 gates.resume()
+                resumed()
         await asyncio.sleep(PEERING_CHECK_S)
 
 

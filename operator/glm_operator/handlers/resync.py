@@ -1,8 +1,10 @@
 """A re-list of the operator's objects every GLMOPS_RESYNC_SECONDS: what no watch saw deleted is forgotten.
 
 The operator reads its objects as its watches last delivered them (`planner/observed.py`). A watch that breaks and
-cannot resume (410 Gone, a network cut) starts again from a fresh list, and an object deleted in between never gets
-its DELETED event: its copy would stay, and a deployment would never re-create an owned object it believes exists.
+cannot resume (410 Gone, a network cut), or one paused while another replica was the active one (kopf's peering),
+starts again from a fresh list, and an object deleted in between never gets its DELETED event: its copy would stay,
+and a deployment would never re-create an owned object it believes exists. After a pause the re-list comes 30 s
+after this replica is active again.
 This sweep lists each kind once per namespace that holds a copy (not once per deployment: at 1,000 deployments in
 20 namespaces, 180 requests every 10 minutes by default) and drops every copy the list lacks and does not postdate;
 their deployments are refreshed, which re-creates what they still render.
@@ -66,9 +68,23 @@ def resync_once(context: Runtime) -> set[OwnerKey]:
     return owners
 
 
-async def _sweep(context: Runtime, every: float, logger: Any) -> None:
+RELIST_AFTER_RESUME_S = 30.0  # kopf's watches list afresh once resumed; the re-list follows that one
+
+
+async def _next_sweep(context: Runtime, every: float) -> None:
+    """Wait for the next sweep: `every` seconds, or shortly after this replica resumes from a pause."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(context.relist_requested.wait(), timeout=every)
+    if context.relist_requested.is_set():
+        context.relist_requested.clear()
+        log.info("re-listing owned objects in %.0fs: this replica's watches were paused", RELIST_AFTER_RESUME_S)
+        await asyncio.sleep(RELIST_AFTER_RESUME_S)
+
+
+async def _sweep(memo: kopf.Memo, every: float, logger: Any) -> None:
     while True:
-        await asyncio.sleep(every)
+        context = runtime(memo)  # read when used: the settings handler may store it after this one starts
+        await _next_sweep(context, every)
         try:
             owners = await asyncio.to_thread(resync_once, context)
         except Exception as err:  # noqa: BLE001 - the next sweep tries again; the watches go on meanwhile
@@ -87,7 +103,7 @@ async def start_resync(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
         raise kopf.PermanentError(str(err)) from err
     if every > 0:
         memo.resync = asyncio.get_running_loop().create_task(
-            _sweep(runtime(memo), every, logger), name="glmops-resync", context=detached_context()
+            _sweep(memo, every, logger), name="glmops-resync", context=detached_context()
         )
 
 

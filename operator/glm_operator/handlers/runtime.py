@@ -9,6 +9,8 @@ in-cluster image builds are on, and how often a build is polled.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,6 +35,8 @@ class Runtime:
     downloads: DownloadSettings = field(default_factory=DownloadSettings)  # model download Jobs (spec.modelCache)
     # The newest copy of every GLMDeployment and owned object, from the watches and the operator's own writes.
     observed: ObservedObjects = field(default_factory=lambda: ObservedObjects(kind for _, kind in OWNED_KINDS))
+    # Set when the copies may have missed deletions (this replica's watches were paused): re-list soon.
+    relist_requested: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Runtime:
@@ -48,6 +52,15 @@ class Runtime:
             image_policy=ImagePolicy.from_env(env),
         )
         return cls(catalogs=catalogs, image_build=image_build, downloads=DownloadSettings.from_env(env))
+
+    def sharing_state_of(self, other: Runtime | None) -> Runtime:
+        """This runtime's settings with another's live state (copies, queues): kopf runs start-up handlers in no set
+        order, and one that built a runtime before the settings handler must keep seeing the same copies."""
+        if not isinstance(other, Runtime):
+            return self
+        return dataclasses.replace(
+            self, refreshes=other.refreshes, observed=other.observed, relist_requested=other.relist_requested
+        )
 
 
 def runtime(memo: Any) -> Runtime:

@@ -46,7 +46,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     """Build the runtime context; keep kopf's progress in glmops.dev/ annotations; our finalizer; webhooks."""
     try:
         logging.getLogger().setLevel(log_level(os.environ))
-        memo.runtime = Runtime.from_env(os.environ)
+        memo.runtime = Runtime.from_env(os.environ).sharing_state_of(getattr(memo, "runtime", None))
     except ValueError as err:  # a malformed setting (log level, image policy): retrying cannot fix it
         raise kopf.PermanentError(str(err)) from err
     settings.persistence.finalizer = f"{PREFIX}/finalizer"
