@@ -166,6 +166,13 @@ def test_a_rolling_update_keeps_the_old_pod_until_the_new_one_passes_its_gate(
         timeout=60,
     )
     _pass_gate(kubectl, namespace, old["metadata"]["name"])
+    # Only an available old pod is kept through the rollout: the Deployment controller removes unready old pods
+    # first. Wait until it counts this one, as a serving pod is counted before anyone changes the spec.
+    eventually(
+        lambda: (kubectl.get("deployment", baseline, namespace).get("status") or {}).get("availableReplicas") == 1,
+        timeout=60,
+        what="the old pod to be available",
+    )
     kubectl.run(
         "patch", "glmd", baseline, "-n", namespace, "--type=merge", "-p", '{"spec":{"engine":{"kvCacheDtype":"fp8"}}}'
     )
