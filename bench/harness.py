@@ -131,13 +131,31 @@ class Operator:
     """The operator as users run it outside a cluster: `kopf run` on our handlers, its own webhook port."""
 
     def __init__(
-        self, cluster: Cluster, log_path: Path, extra_env: dict[str, str] | None = None, probe: Path | None = None
+        self,
+        cluster: Cluster,
+        log_path: Path,
+        extra_env: dict[str, str] | None = None,
+        probe: Path | None = None,
+        count_requests: Path | None = None,
     ) -> None:
         certs = cluster.state / "certs"
+        # GLMOPS_BENCH_OPERATOR_TREE: another checkout's operator/ (e.g. `git worktree add DIR REV`), for a before and
+        # after of the same benchmark in one session.
+        pythonpath = f"{os.environ.get('GLMOPS_BENCH_OPERATOR_TREE') or REPO / 'operator'}:{REPO}"
+        counting: dict[str, str] = {}
+        if count_requests is not None:  # its own API requests, counted inside it (bench/request_count.py)
+            from bench.request_count import install_into
+
+            folder = install_into(log_path.parent / "request-count-site")
+            pythonpath = f"{folder}:{pythonpath}"
+            count_requests.unlink(missing_ok=True)
+            counting["GLMOPS_BENCH_REQUEST_COUNT"] = str(count_requests)
+        self.count_requests = count_requests
         self.env = dict(
             os.environ,
             KUBECONFIG=cluster.kubeconfig,
-            PYTHONPATH=f"{REPO / 'operator'}:{REPO}",
+            PYTHONPATH=pythonpath,
+            **counting,
             GLMOPS_WEBHOOK_ADDR="127.0.0.1",
             GLMOPS_WEBHOOK_HOST="127.0.0.1",
             GLMOPS_WEBHOOK_PORT=WEBHOOK_PORT,
