@@ -6,14 +6,22 @@
 2. dsa-pp-topk-handoff: one pipeline hand-off (send/recv of hidden_states + residual) with and without the
    int32 top-k rows, over NCCL between two GPUs (gloo on CPUs).
 
-Run: `torchrun --nproc-per-node 2 bench/patch_overhead.py` (rank 0 also runs part 1). Prints one JSON line.
+Run: `torchrun --nproc-per-node 2 bench/patch_overhead.py [--out FILE]` (rank 0 also runs part 1); with one GPU
+(`--nproc-per-node 1`) part 2 is skipped, saying so. Prints one JSON line and writes it to FILE (default
+`bench/results/patch_overhead-<GPUs>x<device>.json`), with what it ran on: device name and count, driver, CUDA and
+torch versions, the git commit and the command, so a figure can be traced to the run that made it.
 Shapes (GLM-5.x): hidden 6144, MoE intermediate 2048, 256 routed experts, top-8, index_topk 2048.
 """
 
 from __future__ import annotations
 
+import argparse
+import datetime
 import json
 import os
+import platform
+import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -123,20 +131,72 @@ def handoff(device: torch.device, tokens: int) -> dict[str, float]:
     }
 
 
-def main() -> int:
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(*argv: str) -> str | None:
+    """A command's output, or None where it fails or is not installed."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def provenance(cuda: bool, world: int) -> dict[str, object]:
+    """What the run ran on, and how to run it again."""
+    commit = _run("git", "-C", str(REPO), "rev-parse", "HEAD")
+    dirty = _run("git", "-C", str(REPO), "status", "--porcelain", "--", "bench", "images") if commit else None
+    out: dict[str, object] = {
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+        "devices": torch.cuda.device_count() if cuda else 0,
+        "ranks": world,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda if cuda else None,
+        "host_cpu": platform.processor() or platform.machine(),
+        # Where the tree travels without its .git (a lent GPU machine), the caller names the commit.
+        "commit": commit or os.environ.get("GLMOPS_BENCH_COMMIT") or None,
+        "tree_changed": None if dirty is None else bool(dirty),
+        "command": f"torchrun --nproc-per-node {world} bench/patch_overhead.py",
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    if cuda:
+        driver = _run("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader")
+        out["driver"] = driver.splitlines()[0].strip() if driver else None
+    return out
+
+
+def default_out(info: dict[str, object]) -> Path:
+    name = re.sub(r"[^A-Za-z0-9]+", "", str(info["device"]).removeprefix("NVIDIA ")) or "device"
+    return (
+        Path(__file__).resolve().parent / "results" / f"patch_overhead-{info['devices'] or info['ranks']}x{name}.json"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    args.add_argument("--out", type=Path, help="where rank 0 writes the JSON (default: results/, named by device)")
+    opts = args.parse_args(argv)
     cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if cuda else "gloo")
-    rank = dist.get_rank()
+    rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device(f"cuda:{rank}") if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    out: dict[str, object] = {"device": torch.cuda.get_device_name(device) if cuda else "cpu"}
+    out: dict[str, object] = provenance(cuda, world)
     # On CPUs (gloo) only a small smoke run: the numbers that matter come from the GPUs.
-    out["handoff"] = [handoff(device, n) for n in ((512, 8192) if cuda else (16,))]
+    if world >= 2:
+        out["handoff"] = [handoff(device, n) for n in ((512, 8192) if cuda else (16,))] if rank < 2 else []
+    else:
+        out["handoff"] = {"skipped": "the hand-off is timed between two ranks: torchrun --nproc-per-node 2"}
     if rank == 0:
         sizes = [(8192, 8), (8192, 2), (512, 8)] if cuda else [(16, 8)]
         out["moe_remap"] = [moe_remap(device, n, ep) for n, ep in sizes]
-        print(json.dumps(out))
+        line = json.dumps(out)
+        print(line)
+        target = opts.out or default_out(out)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(line + "\n")
     dist.barrier()
     dist.destroy_process_group()
     return 0
