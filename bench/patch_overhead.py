@@ -154,9 +154,10 @@ def provenance(cuda: bool, world: int) -> dict[str, object]:
         "torch": torch.__version__,
         "cuda": torch.version.cuda if cuda else None,
         "host_cpu": platform.processor() or platform.machine(),
-        # Where the tree travels without its .git (a lent GPU machine), the caller names the commit.
-        "commit": commit or os.environ.get("GLMOPS_BENCH_COMMIT") or None,
-        "tree_changed": None if dirty is None else bool(dirty),
+        # Where the tree travels without its own history (a lent GPU machine: a copy of the working tree on another
+        # base), the caller names the commit it is.
+        "commit": os.environ.get("GLMOPS_BENCH_COMMIT") or commit,
+        "tree_changed": None if dirty is None or os.environ.get("GLMOPS_BENCH_COMMIT") else bool(dirty),
         "command": f"torchrun --nproc-per-node {world} bench/patch_overhead.py",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
