@@ -101,7 +101,7 @@ def test_a_replacement_pod_with_the_same_name_gets_a_fresh_gate() -> None:
     assert rec.seen["p-0"] == ["Running", "Pending"], "the new pod's task starts from its own body"
 
 
-def test_pausing_stops_every_gate_without_calling_the_pods_gone_and_starts_none_until_resumed() -> None:
+def test_pausing_stops_every_gate_without_calling_the_pods_gone_and_resuming_restarts_them_without_new_events() -> None:
     async def scenario() -> Recorder:
         rec = Recorder()
         tasks = PodTasks(rec)
@@ -111,17 +111,18 @@ def test_pausing_stops_every_gate_without_calling_the_pods_gone_and_starts_none_
         await tasks.pause()
         assert tasks.running() == []
         tasks.observe("MODIFIED", _pod("a"))
+        tasks.observe(None, _pod("c"))  # the watches' fresh list, before this replica knows it is active
+        tasks.observe("DELETED", _pod("b"))  # gone while paused: not restarted
         await _settle()
         assert tasks.running() == [], "a paused replica runs no canaries"
         tasks.resume()
-        tasks.observe("MODIFIED", _pod("a"))
         await _settle()
-        assert tasks.running() == [("ns", "a")]
+        assert tasks.running() == [("ns", "a"), ("ns", "c")], "stable pods send no new event: started on resume"
         await tasks.close()
         return rec
 
     rec = asyncio.run(scenario())
-    assert rec.ended == {"a": False, "b": False}
+    assert rec.ended == {"a": False, "b": False, "c": False}
 
 
 def test_a_gate_that_raises_ends_alone_and_its_pod_can_start_again() -> None:
@@ -304,3 +305,22 @@ def test_a_watched_pod_keeps_only_what_the_gate_reads_never_the_spec_or_managed_
     assert gate_condition(kept) == gate_condition(full) == "True"
     # About 4 KiB whatever the pod's spec, against 20 KiB for this one (45 KiB for the benchmark's, as watched).
     assert _deep_size(kept) < 6 * 1024 and _deep_size(kept) * 4 < _deep_size(full), (_deep_size(kept), _deep_size(full))
+
+
+def test_a_late_deletion_of_the_pod_a_name_had_before_leaves_its_replacements_gate_running() -> None:
+    async def scenario() -> list[tuple[str, str]]:
+        rec = Recorder()
+        tasks = PodTasks(rec)
+        tasks.observe(None, _pod(uid="old"))
+        await _settle()
+        tasks.observe("ADDED", _pod(uid="new"))  # a StatefulSet's replacement, same name
+        await _settle()
+        tasks.observe("DELETED", _pod(uid="old"))  # the old pod's own DELETED, late
+        await _settle()
+        running = tasks.running()
+        tasks.observe("DELETED", _pod(uid="new"))
+        await _settle()
+        assert tasks.running() == []
+        return running
+
+    assert asyncio.run(scenario()) == [("ns", "p-0")]

@@ -111,6 +111,10 @@ def _older(new: dict[str, Any], kept: dict[str, Any]) -> bool:
 GateRun = Callable[[WatchedPod], Awaitable[None]]
 
 
+def _uid(body: dict[str, Any]) -> Any:
+    return (body.get("metadata") or {}).get("uid")
+
+
 def is_terminating(body: dict[str, Any]) -> bool:
     return bool((body.get("metadata") or {}).get("deletionTimestamp"))
 
@@ -123,6 +127,7 @@ class PodTasks:
         self._run = run
         self._context = context
         self._tasks: dict[PodKey, tuple[WatchedPod, asyncio.Task[None]]] = {}
+        self._parked: dict[PodKey, dict[str, Any]] = {}  # views of pods seen while paused: their tasks start on resume
         self._paused = False
         self.namespaces_seen: set[str] = set()
 
@@ -143,17 +148,24 @@ class PodTasks:
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
         self.namespaces_seen.add(key[0])
+        current = self._tasks.get(key)
         if event_type == "DELETED" or is_terminating(body):
+            parked = self._parked.get(key)
+            if parked is not None and _uid(parked) == meta.get("uid"):
+                del self._parked[key]
+            if current is not None and _uid(current[0].body) not in (None, meta.get("uid")):
+                return  # a late event of the pod this name had before (a StatefulSet's replacement runs now)
             self._stop(key, gone=True)
             return
-        current = self._tasks.get(key)
+        if self._paused:
+            self._parked[key] = gate_view(body)
+            return
         if current is not None and not current[1].done():
             if current[0].body.get("metadata", {}).get("uid") == meta.get("uid"):
                 current[0].update(body)
                 return
             self._stop(key, gone=True)  # same name, new pod (a StatefulSet's replacement): a fresh gate
-        if not self._paused:
-            self._start(key, body)
+        self._start(key, body)
 
     async def pause(self) -> None:
         """Another replica is active: stop every task (the next watch events after resume restart them)."""
@@ -161,18 +173,26 @@ class PodTasks:
             return
         self._paused = True
         log.info("canary gates paused: another operator replica is active (%d stopped)", len(self._tasks))
+        # Kept to start again on resume: a stable pod sends no new event, and the events of the watches' fresh
+        # list after a resume may come before this replica notices it is active again.
+        self._parked.update({key: pod.body for key, (pod, task) in self._tasks.items() if not task.done()})
         await self.close()
 
     def resume(self) -> None:
-        if self._paused:
-            log.info("canary gates resumed: this operator replica is active")
+        if not self._paused:
+            return
+        log.info("canary gates resumed: this operator replica is active (%d to start)", len(self._parked))
         self._paused = False
+        parked, self._parked = self._parked, {}
+        for key, view in parked.items():
+            if key not in self._tasks:
+                self._start(key, view)
 
     async def close(self) -> None:
         """Stop every task and wait (bounded) for them to finish."""
+        tasks = [task for _, task in self._tasks.values()]  # before _stop takes them out of the registry
         for key in list(self._tasks):
             self._stop(key)
-        tasks = [task for _, task in self._tasks.values()]
         if tasks:
             await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
         for task in tasks:
