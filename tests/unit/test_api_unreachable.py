@@ -125,3 +125,28 @@ def test_the_fleet_passes_a_deployments_latency_annotation_to_its_simulators(
         assert "--latency-ms" not in head
     else:
         assert head[-2:] == expected
+
+
+async def test_a_worker_whose_leader_has_no_watched_view_reads_the_leaders_gate_from_the_api_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    written: list[tuple[Any, ...]] = []
+
+    class Worker:
+        namespace, name = "ns", "group-0-1"
+        body: dict[str, Any] = {"metadata": {"name": "group-0-1"}}
+
+        @property
+        def stopped(self) -> bool:
+            return bool(written)
+
+        async def wait(self, seconds: float, *, or_change: bool = False) -> None:
+            await asyncio.sleep(0)
+
+        def update(self, body: dict[str, Any]) -> None:
+            self.body = body
+
+    monkeypatch.setattr(canary.pods, "get_gate", lambda namespace, leader: ("False", "CanaryFailed", "smoke 0"))
+    monkeypatch.setattr(canary.pods, "set_gate", lambda *args: written.append(args[:5]) or {"metadata": {}})
+    await asyncio.wait_for(canary._mirror_leader(Worker(), lambda ns, name: None), timeout=5)  # type: ignore[arg-type]
+    assert written == [("ns", "group-0-1", "False", "CanaryFailed", "group leader group-0-0: smoke 0")]

@@ -259,10 +259,12 @@ async def _mirror_leader(pod: WatchedPod, watched: PodView) -> None:
     """A headless node of a StatefulSet group serves no HTTP: it is as ready as its group's leader.
 
     The leader's gate is read from its own task's view of it (the leader is a watched serving pod too): no request
-    while nothing changes."""
+    while nothing changes, as long as the leader's task runs."""
     leader = pod.name.rsplit("-", 1)[0] + "-0"
     while not pod.stopped:
-        gate = leader_gate(watched(pod.namespace, leader))
+        view = watched(pod.namespace, leader)
+        # A leader without a running task here (not yet seen, or its gate ended) is read from the API server.
+        gate = leader_gate(view) if view is not None else await _api(pods.get_gate, pod.namespace, leader)
         if gate is not None:
             # Through _api, as the leader's own gate: an API server restarting is waited out, not a task ended.
             await _write_gate(pod, (gate[0], gate[1], f"group leader {leader}: {gate[2]}"))

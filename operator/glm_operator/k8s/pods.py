@@ -57,3 +57,19 @@ def set_gate(
     )
     written: dict[str, Any] = api.api_client.sanitize_for_serialization(stored)
     return written
+
+
+def get_gate(namespace: str, name: str) -> tuple[Literal["True", "False"], str, str] | None:
+    """The canary condition a pod carries now, or None (no such pod, or not decided yet)."""
+    import kubernetes
+
+    try:
+        pod = core_v1().read_namespaced_pod_status(name, namespace)
+    except kubernetes.client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    for c in pod.status.conditions or []:
+        if c.type == CANARY_CONDITION and c.status in ("True", "False"):
+            return c.status, c.reason or "", c.message or ""
+    return None
