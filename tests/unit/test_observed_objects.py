@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from glm_operator.planner import observed
 from glm_operator.planner.observed import ObservedObjects, resource_version, stale_after_relist
 
 OWNED_KINDS = ("Deployment", "Service", "ConfigMap")
@@ -136,3 +137,22 @@ def test_a_relist_finds_the_copies_deleted_unseen(
 ) -> None:
     items = [{"metadata": {"name": n}} for n in listed]
     assert stale_after_relist(known, items, list_version) == stale
+
+
+def test_a_writes_answer_that_arrives_after_its_objects_deletion_was_seen_does_not_bring_it_back() -> None:
+    s = store()
+    s.record(obj("Service", "svc", "50"))
+    assert s.forget("ns", "Service", "svc", "60")  # its DELETED event
+    assert s.record(obj("Service", "svc", "55")) is False, "a thread's late answer of an apply before the deletion"
+    assert s.get("ns", "Service", "svc") is None
+    assert s.record(obj("Service", "svc", "61")), "re-created after the deletion: kept"
+    assert s.get("ns", "Service", "svc") is not None
+
+
+def test_deletions_are_remembered_up_to_a_bound() -> None:
+    s = store()
+    for i in range(observed.TOMBSTONES + 50):
+        s.forget("ns", "Service", f"svc-{i}", str(i + 1))
+    assert len(s._deleted) == observed.TOMBSTONES
+    assert s.record(obj("Service", "svc-0", "1")), "the oldest deletion is forgotten first"
+    assert not s.record(obj("Service", f"svc-{observed.TOMBSTONES + 49}", "2"))

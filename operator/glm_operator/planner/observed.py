@@ -5,7 +5,9 @@ A refresh used to GET its GLMDeployment and LIST every owned kind on each owned 
 deployment while its objects come up, and each canary run GET the GLMDeployment again (bench/RESULTS.md, reconcile
 scale). The watch streams kopf keeps open already deliver every change to those objects; this store keeps the newest
 copy of each, and the operator's own writes (an apply or a status patch answers with the object as stored) are
-recorded at once, so a refresh that follows a write reads it back without waiting for its watch event.
+recorded at once, so a refresh that follows a write reads it back without waiting for its watch event. A deletion
+is remembered with its version for a while, so a write's answer that arrives after its object's deletion was seen
+(a thread that applied it, then was slow to record) does not bring the copy back.
 
 Newer wins. Two copies of one object are ordered by `metadata.resourceVersion`, which the API server guarantees
 comparable as integers within a resource type since Kubernetes 1.35 (KEP-5504, "Comparable resource versions"; the
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +34,7 @@ from typing import Any
 from glm_operator.api.constants import LABEL_DEPLOYMENT
 
 ObjectKey = tuple[str, str, str]  # namespace, kind, name
+TOMBSTONES = 10_000  # deletions remembered (their versions), so a write's late answer cannot bring a copy back
 OwnerKey = tuple[str, str]  # namespace, GLMDeployment name
 
 
@@ -73,6 +77,7 @@ class ObservedObjects:
         self._lock = threading.Lock()
         self._copies: dict[ObjectKey, _Copy] = {}
         self._owned: dict[OwnerKey, set[ObjectKey]] = {}
+        self._deleted: OrderedDict[ObjectKey, int] = OrderedDict()  # the version each recent deletion was seen at
 
     def __len__(self) -> int:
         return len(self._copies)
@@ -87,6 +92,10 @@ class ObservedObjects:
             old = self._copies.get(key)
             if old is not None and not _newer_or_unordered(new.version, old.version):
                 return False
+            gone = self._deleted.get(key)
+            if gone is not None and new.version is not None and new.version <= gone:
+                return False  # an answer that arrived after its object's deletion was seen
+            self._deleted.pop(key, None)
             if old is not None and old.owner != new.owner:
                 self._unlink(key, old.owner)
             self._copies[key] = new
@@ -100,6 +109,11 @@ class ObservedObjects:
         deleted = int(version) if isinstance(version, int) or (isinstance(version, str) and version.isdigit()) else None
         with self._lock:
             old = self._copies.get(key)
+            if deleted is not None and (old is None or old.version is None or old.version <= deleted):
+                self._deleted[key] = max(deleted, self._deleted.get(key, deleted))
+                self._deleted.move_to_end(key)
+                while len(self._deleted) > TOMBSTONES:
+                    self._deleted.popitem(last=False)
             if old is None:
                 return False
             if deleted is not None and old.version is not None and old.version > deleted:
