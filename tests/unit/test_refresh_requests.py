@@ -10,6 +10,7 @@ import asyncio
 import copy
 import itertools
 import logging
+from types import SimpleNamespace
 from typing import Any
 
 import kopf
@@ -215,3 +216,69 @@ async def test_the_peering_follower_asks_for_a_relist_when_this_replica_becomes_
             break
     follower.cancel()
     assert resumed == [False], "asked once, after the gates resumed"
+
+
+@pytest.mark.parametrize("owner_exists", [True, False])
+def test_after_an_owned_objects_deletion_the_owner_is_asked_for_once_before_anything_is_recreated(
+    api: RecordingApi, monkeypatch: pytest.MonkeyPatch, owner_exists: bool
+) -> None:
+    """Deleting a GLMDeployment deletes what it owns; those deletions' events may come before its own."""
+    context = Runtime.from_env({})
+    deployment(api, context)
+    glmdeployment.refresh("ns", "glm", context, LOG)
+    api.calls.clear()
+    gets: list[tuple[str, str]] = []
+
+    def get_glmdeployment(namespace: str, name: str) -> dict[str, Any] | None:
+        gets.append((namespace, name))
+        return context.observed.get(namespace, "GLMDeployment", name) if owner_exists else None
+
+    monkeypatch.setattr(objects, "get_glmdeployment", get_glmdeployment)
+    service = context.observed.get("ns", "Service", "glm")
+    assert service is not None
+    context.observed.forget_object(service)
+    context.confirm_owner.add(("ns", "glm"))  # as the owned object's DELETED event does
+    done = glmdeployment.refresh("ns", "glm", context, LOG)
+    assert gets == [("ns", "glm")]
+    if owner_exists:
+        assert done is not None and api.calls == [("apply", "Service", "glm")]
+    else:
+        assert done is None and api.calls == [], "nothing re-created for an owner that is gone"
+        assert context.observed.get("ns", "GLMDeployment", "glm") is None
+    glmdeployment.refresh("ns", "glm", context, LOG)
+    assert gets == [("ns", "glm")], "asked once per deletion, not on every refresh"
+
+
+async def test_a_paused_replica_does_not_relist_or_refresh_from_its_frozen_copies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    swept: list[object] = []
+    monkeypatch.setattr(resync, "resync_once", lambda context: swept.append(context) or set())
+    gates = PodTasks(lambda pod: asyncio.sleep(0))
+    await gates.pause()
+    memo = SimpleNamespace(runtime=Runtime.from_env({}), gates=gates)
+    sweep = asyncio.create_task(resync._sweep(memo, 0.01, LOG))  # type: ignore[arg-type]
+    await asyncio.sleep(0.1)
+    assert swept == []
+    gates.resume()
+    await asyncio.sleep(0.1)
+    sweep.cancel()
+    assert swept, "active again: it re-lists"
+
+
+def test_warnings_a_run_already_posted_are_not_posted_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from glm_operator.api.v1alpha1 import GLMDeploymentStatus
+    from glm_operator.planner.deployment import Event, Outcome
+
+    posted: list[str] = []
+    monkeypatch.setattr(kopf, "warn", lambda body, reason, message: posted.append(reason))
+    done = glmdeployment.Refreshed(
+        {"metadata": {"name": "glm", "namespace": "ns"}},
+        Outcome(status=GLMDeploymentStatus(), events=(Event("Warning", "ModelDownloadFailed", "x"),)),
+        wrote_status=True,
+    )
+    for _ in range(2):  # two waiters of the same run
+        future: asyncio.Future[Any] = asyncio.new_event_loop().create_future()
+        future.set_result(done)
+        glmdeployment.refreshed_callback(None, LOG)(future)  # type: ignore[arg-type]
+    assert posted == ["ModelDownloadFailed"]

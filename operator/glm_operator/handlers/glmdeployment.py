@@ -31,13 +31,17 @@ API_RETRY_S = 5  # an API server restart takes seconds; kopf's default retry aft
 KIND = "GLMDeployment"
 
 
-@dataclass(frozen=True)
+@dataclass
 class Refreshed:
-    """One reconcile's result: the GLMDeployment as stored after it, its outcome, whether its status was written."""
+    """One reconcile's result: the GLMDeployment as stored after it, its outcome, whether its status was written.
+
+    Every caller that waited for the same run gets this one object; `warned` keeps its Warnings from being posted
+    twice (a spec change and an owned object's event served by one run)."""
 
     body: dict[str, Any]
     outcome: Outcome
     wrote_status: bool
+    warned: bool = False
 
 
 def reconcile_body(body: dict[str, Any], context: Runtime, logger: Any) -> Outcome:
@@ -76,6 +80,8 @@ def _reconcile_body(body: dict[str, Any], context: Runtime, logger: Any) -> Outc
 
 def refresh(namespace: str, name: str, context: Runtime, logger: Any) -> Refreshed | None:
     """Reconcile one GLMDeployment as last observed; write its status if it changed; None if it is going away."""
+    if (namespace, name) in context.confirm_owner and not _still_there(namespace, name, context):
+        return None
     body = context.observed.get(namespace, KIND, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return None  # the owner is going away; garbage collection removes the rest
@@ -90,6 +96,23 @@ def refresh(namespace: str, name: str, context: Runtime, logger: Any) -> Refresh
         raise kopf.TemporaryError(f"the API server did not answer: {type(err).__name__}", delay=API_RETRY_S) from err
     context.observed.record(stored, KIND)
     return Refreshed(stored, outcome, wrote_status=True)
+
+
+def _still_there(namespace: str, name: str, context: Runtime) -> bool:
+    """After an owned object's deletion: whether its GLMDeployment exists, asked of the API server (one GET).
+
+    Deleting a GLMDeployment deletes what it owns (garbage collection), and those deletions' events can be handled
+    before the GLMDeployment's own: re-creating the objects from its copy would only have them collected again."""
+    try:
+        stored = objects.get_glmdeployment(namespace, name)
+    except API_UNREACHABLE as err:
+        raise kopf.TemporaryError(f"the API server did not answer: {type(err).__name__}", delay=API_RETRY_S) from err
+    context.confirm_owner.discard((namespace, name))
+    if stored is None:
+        context.observed.forget(namespace, KIND, name)
+        return False
+    context.observed.record(stored, KIND)
+    return True
 
 
 def refresh_run(namespace: str, name: str, context: Runtime, logger: Any) -> functools.partial[Any]:
@@ -110,7 +133,11 @@ async def reconcile(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **_: 
     if done is None:
         return
     for event in done.outcome.events:
-        (kopf.info if event.type == "Normal" else kopf.warn)(body, reason=event.reason, message=event.message)
+        if event.type == "Normal":
+            kopf.info(body, reason=event.reason, message=event.message)
+        elif not done.warned:
+            kopf.warn(body, reason=event.reason, message=event.message)
+    done.warned = True
 
 
 @kopf.index(GROUP, VERSION, PLURAL, id="glmops-observe")
@@ -148,9 +175,11 @@ async def _owned_event(
 ) -> None:
     """An owned object changed or vanished: restore what drifted and refresh readiness (bursts coalesced)."""
     context = runtime(memo)
+    parent = _parent(body.metadata)
     if type == "DELETED":
         context.observed.forget_object(_typed(body, resource))
-    parent = _parent(body.metadata)
+        if parent is not None:
+            context.confirm_owner.add(parent)
     if parent is None:
         return
     # Not awaited, and run and followed up outside this handler's context: either would keep this event's object and
@@ -159,7 +188,12 @@ async def _owned_event(
     detached = detached_context()
     refreshed = context.refreshes.submit(parent, refresh_run(*parent, context, logger), context=detached)
     deleted = str(body.metadata.get("name")) if type == "DELETED" else None
-    refreshed.add_done_callback(functools.partial(_refreshed, deleted, logger), context=detached)
+    refreshed.add_done_callback(refreshed_callback(deleted, logger), context=detached)
+
+
+def refreshed_callback(deleted: str | None, logger: kopf.Logger) -> functools.partial[None]:
+    """What to do once a refresh asked for without waiting ends (`deleted`: the owned object whose deletion asked)."""
+    return functools.partial(_refreshed, deleted, logger)
 
 
 def _refreshed(deleted: str | None, logger: kopf.Logger, refreshed: asyncio.Future[Refreshed | None]) -> None:
@@ -174,10 +208,11 @@ def _refreshed(deleted: str | None, logger: kopf.Logger, refreshed: asyncio.Futu
     if done is None:
         return
     body = kopf.Body(cast(kopf.RawBody, done.body))
-    if done.wrote_status:  # a transition seen here (a download Job failing) is told where kubectl describe shows it
+    if done.wrote_status and not done.warned:  # a transition seen here (a download Job failing) is told there
         for event in done.outcome.events:
             if event.type == "Warning":
                 kopf.warn(body, reason=event.reason, message=event.message)
+        done.warned = True
     if deleted is not None:
         kopf.info(body, reason="Restored", message=f"re-created {deleted} after it was deleted")
 

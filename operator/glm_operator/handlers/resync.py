@@ -22,8 +22,9 @@ import kopf
 
 from glm_operator.api import API_VERSION
 from glm_operator.api.constants import MANAGED
+from glm_operator.canary.supervisor import PodTasks
 from glm_operator.handlers.detached import detached_context
-from glm_operator.handlers.glmdeployment import KIND, refresh_run
+from glm_operator.handlers.glmdeployment import KIND, refresh_run, refreshed_callback
 from glm_operator.handlers.runtime import Runtime, runtime
 from glm_operator.k8s import objects
 from glm_operator.planner.observed import OwnerKey, stale_after_relist
@@ -81,17 +82,28 @@ async def _next_sweep(context: Runtime, every: float) -> None:
         await asyncio.sleep(RELIST_AFTER_RESUME_S)
 
 
+def _paused(memo: kopf.Memo) -> bool:
+    """Whether another replica is the active one (the canary gates follow kopf's peering): its copies are frozen,
+    and acting on them would undo what the active replica does."""
+    gates = getattr(memo, "gates", None)
+    return isinstance(gates, PodTasks) and gates.paused
+
+
 async def _sweep(memo: kopf.Memo, every: float, logger: Any) -> None:
     while True:
+        await _next_sweep(runtime(memo), every)  # one event whichever runtime: the settings handler shares it
+        if _paused(memo):
+            continue  # re-listed 30 s after this replica is active again
         context = runtime(memo)  # read when used: the settings handler may store it after this one starts
-        await _next_sweep(context, every)
         try:
             owners = await asyncio.to_thread(resync_once, context)
         except Exception as err:  # noqa: BLE001 - the next sweep tries again; the watches go on meanwhile
             log.warning("the re-list of owned objects failed: %s: %s", type(err).__name__, err)
             continue
         for owner in sorted(owners):
-            context.refreshes.submit(owner, refresh_run(*owner, context, logger), context=detached_context())
+            detached = detached_context()
+            done = context.refreshes.submit(owner, refresh_run(*owner, context, logger), context=detached)
+            done.add_done_callback(refreshed_callback(None, logger), context=detached)
 
 
 @kopf.on.startup(id="glmops-resync")

@@ -37,6 +37,9 @@ class Runtime:
     observed: ObservedObjects = field(default_factory=lambda: ObservedObjects(kind for _, kind in OWNED_KINDS))
     # Set when the copies may have missed deletions (this replica's watches were paused): re-list soon.
     relist_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    # Deployments one of whose owned objects was deleted: their next refresh asks the API server whether they still
+    # exist (their own deletion's event may not have arrived yet, and garbage collection deletes what they own).
+    confirm_owner: set[tuple[str, str]] = field(default_factory=set)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Runtime:
@@ -59,7 +62,11 @@ class Runtime:
         if not isinstance(other, Runtime):
             return self
         return dataclasses.replace(
-            self, refreshes=other.refreshes, observed=other.observed, relist_requested=other.relist_requested
+            self,
+            refreshes=other.refreshes,
+            observed=other.observed,
+            relist_requested=other.relist_requested,
+            confirm_owner=other.confirm_owner,
         )
 
 
