@@ -150,3 +150,37 @@ async def test_a_worker_whose_leader_has_no_watched_view_reads_the_leaders_gate_
     monkeypatch.setattr(canary.pods, "set_gate", lambda *args: written.append(args[:5]) or {"metadata": {}})
     await asyncio.wait_for(canary._mirror_leader(Worker(), lambda ns, name: None), timeout=5)  # type: ignore[arg-type]
     assert written == [("ns", "group-0-1", "False", "CanaryFailed", "group leader group-0-0: smoke 0")]
+
+
+async def test_a_refused_read_of_the_leaders_gate_is_tried_again_not_the_end_of_the_workers_gate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import kubernetes
+
+    written: list[tuple[Any, ...]] = []
+    answers = iter([kubernetes.client.ApiException(status=403), ("True", "CanaryPassed", "ok")])
+
+    class Worker:
+        namespace, name = "ns", "group-0-1"
+        body: dict[str, Any] = {"metadata": {"name": "group-0-1"}}
+
+        @property
+        def stopped(self) -> bool:
+            return bool(written)
+
+        async def wait(self, seconds: float, *, or_change: bool = False) -> None:
+            await asyncio.sleep(0)
+
+        def update(self, body: dict[str, Any]) -> None:
+            self.body = body
+
+    def get_gate(namespace: str, leader: str) -> tuple[str, str, str]:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(canary.pods, "get_gate", get_gate)
+    monkeypatch.setattr(canary.pods, "set_gate", lambda *args: written.append(args[:5]) or {"metadata": {}})
+    await asyncio.wait_for(canary._mirror_leader(Worker(), lambda ns, name: None), timeout=5)  # type: ignore[arg-type]
+    assert written == [("ns", "group-0-1", "True", "CanaryPassed", "group leader group-0-0: ok")]

@@ -110,14 +110,20 @@ def test_pausing_stops_every_gate_without_calling_the_pods_gone_and_resuming_res
         await _settle()
         await tasks.pause()
         assert tasks.running() == []
-        tasks.observe("MODIFIED", _pod("a"))
-        tasks.observe(None, _pod("c"))  # the watches' fresh list, before this replica knows it is active
-        tasks.observe("DELETED", _pod("b"))  # gone while paused: not restarted
+        tasks.observe("MODIFIED", _pod("b"))  # before kopf's watches paused; b is deleted later, unseen
+        tasks.observe(None, _pod("a"))  # the watches' fresh list, before this replica knows it is active
+        tasks.observe(None, _pod("c"))
+        tasks.observe("MODIFIED", _pod("c", phase="Pending"))
+        tasks.observe(None, _pod("d"))
+        tasks.observe("DELETED", _pod("d"))
         await _settle()
         assert tasks.running() == [], "a paused replica runs no canaries"
         tasks.resume()
         await _settle()
-        assert tasks.running() == [("ns", "a"), ("ns", "c")], "stable pods send no new event: started on resume"
+        assert tasks.running() == [("ns", "a"), ("ns", "c")], (
+            "what the fresh list showed starts on resume; a pod seen only before the pause may be gone"
+        )
+        assert rec.seen["c"] == ["Pending"], "from its newest view"
         await tasks.close()
         return rec
 

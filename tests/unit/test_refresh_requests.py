@@ -282,3 +282,22 @@ def test_warnings_a_run_already_posted_are_not_posted_again(monkeypatch: pytest.
         future.set_result(done)
         glmdeployment.refreshed_callback(None, LOG)(future)  # type: ignore[arg-type]
     assert posted == ["ModelDownloadFailed"]
+
+
+def test_an_owner_check_that_fails_is_asked_again_by_the_next_refresh(
+    api: RecordingApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import urllib3
+
+    context = Runtime.from_env({})
+    deployment(api, context)
+    refused = urllib3.exceptions.MaxRetryError(None, "/apis", reason=ConnectionRefusedError(111, "refused"))  # type: ignore[arg-type]
+
+    def get_glmdeployment(namespace: str, name: str) -> Any:
+        raise refused
+
+    monkeypatch.setattr(objects, "get_glmdeployment", get_glmdeployment)
+    context.confirm_owner.add(("ns", "glm"))
+    with pytest.raises(kopf.TemporaryError):
+        glmdeployment.refresh("ns", "glm", context, LOG)
+    assert ("ns", "glm") in context.confirm_owner, "still to be asked"

@@ -127,7 +127,8 @@ class PodTasks:
         self._run = run
         self._context = context
         self._tasks: dict[PodKey, tuple[WatchedPod, asyncio.Task[None]]] = {}
-        self._parked: dict[PodKey, dict[str, Any]] = {}  # views of pods seen while paused: their tasks start on resume
+        # Views of pods a fresh list showed while paused: their tasks start on resume (a stable pod sends nothing else).
+        self._parked: dict[PodKey, dict[str, Any]] = {}
         self._paused = False
         self.namespaces_seen: set[str] = set()
 
@@ -158,7 +159,10 @@ class PodTasks:
             self._stop(key, gone=True)
             return
         if self._paused:
-            self._parked[key] = gate_view(body)
+            # Only a list's event (type None: kopf lists afresh when its watches resume) proves a pod exists now; a
+            # pod last seen before the pause may have been deleted while no watch ran. Later events keep it fresh.
+            if event_type is None or key in self._parked:
+                self._parked[key] = gate_view(body)
             return
         if current is not None and not current[1].done():
             if current[0].body.get("metadata", {}).get("uid") == meta.get("uid"):
@@ -168,14 +172,12 @@ class PodTasks:
         self._start(key, body)
 
     async def pause(self) -> None:
-        """Another replica is active: stop every task (the next watch events after resume restart them)."""
+        """Another replica is active: stop every task. kopf's watches list afresh when they resume: a pod that list
+        shows starts again, whether its event comes before this replica resumes (parked) or after."""
         if self._paused:
             return
         self._paused = True
         log.info("canary gates paused: another operator replica is active (%d stopped)", len(self._tasks))
-        # Kept to start again on resume: a stable pod sends no new event, and the events of the watches' fresh
-        # list after a resume may come before this replica notices it is active again.
-        self._parked.update({key: pod.body for key, (pod, task) in self._tasks.items() if not task.done()})
         await self.close()
 
     def resume(self) -> None:

@@ -263,11 +263,16 @@ async def _mirror_leader(pod: WatchedPod, watched: PodView) -> None:
     leader = pod.name.rsplit("-", 1)[0] + "-0"
     while not pod.stopped:
         view = watched(pod.namespace, leader)
-        # A leader without a running task here (not yet seen, or its gate ended) is read from the API server.
-        gate = leader_gate(view) if view is not None else await _api(pods.get_gate, pod.namespace, leader)
-        if gate is not None:
-            # Through _api, as the leader's own gate: an API server restarting is waited out, not a task ended.
-            await _write_gate(pod, (gate[0], gate[1], f"group leader {leader}: {gate[2]}"))
+        try:
+            # A leader without a running task here (not yet seen, or its gate ended) is read from the API server.
+            gate = leader_gate(view) if view is not None else await _api(pods.get_gate, pod.namespace, leader)
+            if gate is not None:
+                # Through _api, as the leader's own gate: an API server restarting is waited out, not a task ended.
+                await _write_gate(pod, (gate[0], gate[1], f"group leader {leader}: {gate[2]}"))
+        except Exception as err:  # noqa: BLE001 - a refused read or write (403, 500) is tried again, never the end
+            log.warning(
+                "could not mirror leader %s for pod %s/%s: %s", leader, pod.namespace, pod.name, err_detail(err)
+            )
         await pod.wait(5)
 
 

@@ -103,11 +103,16 @@ def _still_there(namespace: str, name: str, context: Runtime) -> bool:
 
     Deleting a GLMDeployment deletes what it owns (garbage collection), and those deletions' events can be handled
     before the GLMDeployment's own: re-creating the objects from its copy would only have them collected again."""
+    context.confirm_owner.discard((namespace, name))  # before the GET: a deletion seen during it asks again
     try:
         stored = objects.get_glmdeployment(namespace, name)
-    except API_UNREACHABLE as err:
-        raise kopf.TemporaryError(f"the API server did not answer: {type(err).__name__}", delay=API_RETRY_S) from err
-    context.confirm_owner.discard((namespace, name))
+    except BaseException as err:
+        context.confirm_owner.add((namespace, name))
+        if isinstance(err, API_UNREACHABLE):
+            raise kopf.TemporaryError(
+                f"the API server did not answer: {type(err).__name__}", delay=API_RETRY_S
+            ) from err
+        raise
     if stored is None:
         context.observed.forget(namespace, KIND, name)
         return False
