@@ -121,6 +121,76 @@ def test_a_deleted_owned_object_is_restored(kubectl: Kubectl, namespace: str, ba
     )
 
 
+def _refuse_services(kubectl: Kubectl, namespace: str) -> str:
+    """An in-server policy refusing every new Service in `namespace` (as a quota or another team's policy would)."""
+    name = f"refuse-services-{namespace}"[:63]
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["services"]}
+                ]
+            },
+            "validations": [{"expression": "false", "message": "no new Services here today"}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
+        },
+    }
+    kubectl.run("apply", "-f", "-", input=yaml.safe_dump_all([policy, binding]))
+    probe = yaml.safe_dump(
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "probe"}, "spec": {"ports": [{"port": 1}]}}
+    )
+    eventually(  # the API server enforces a new binding once its informer has it
+        lambda: (
+            kubectl.run("create", "--dry-run=server", "-n", namespace, "-f", "-", input=probe, check=False).returncode
+            != 0
+        ),
+        timeout=30,
+        what="the policy to refuse Services",
+    )
+    return name
+
+
+def test_a_restore_the_api_server_refuses_is_retried_until_it_is_allowed(
+    kubectl: Kubectl, namespace: str, baseline: str
+) -> None:
+    """No event follows a refused re-creation: the operator itself must try again (with backoff) and say why."""
+    policy = _refuse_services(kubectl, namespace)
+    try:
+        kubectl.run("delete", "service", baseline, "-n", namespace)
+
+        def warned() -> dict[str, Any]:
+            events = kubectl.get("events", namespace=namespace)["items"]
+            found = [e for e in events if e.get("reason") == "RefreshFailed"]
+            assert found, [e.get("reason") for e in events]
+            return found[0]
+
+        event = eventually(warned, timeout=60, what="a RefreshFailed Warning on the GLMDeployment")
+        assert event["type"] == "Warning" and event["involvedObject"]["name"] == baseline
+        assert "no new Services here today" in event["message"], "the API server's reason, where kubectl shows it"
+        time.sleep(3)
+        assert kubectl.run("get", "service", baseline, "-n", namespace, check=False).returncode != 0
+    finally:
+        kubectl.run("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", policy, check=False)
+    eventually(
+        lambda: kubectl.get("service", baseline, namespace)["metadata"]["name"] == baseline,
+        timeout=60,
+        what="the Service re-created by a retry once the policy is gone",
+    )
+
+
 def test_an_edited_owned_object_is_put_back(kubectl: Kubectl, namespace: str, baseline: str) -> None:
     kubectl.run("scale", "deployment", baseline, "-n", namespace, "--replicas=3")
     eventually(

@@ -98,7 +98,7 @@ async def test_the_event_handler_returns_before_the_refresh_ends_and_restored_is
     assert posted == [("glm", "Restored", "re-created glm after it was deleted")]
 
 
-async def test_a_failed_refresh_is_logged_and_tells_nothing_restored(
+async def test_a_failed_refresh_is_logged_with_its_retry_and_tells_nothing_restored(
     monkeypatch: pytest.MonkeyPatch,
     memo: types.SimpleNamespace,
     posted: list[tuple[str, str, str]],
@@ -115,7 +115,9 @@ async def test_a_failed_refresh_is_logged_and_tells_nothing_restored(
                 break
             await asyncio.sleep(0.02)
     assert posted == []
-    assert "refreshing the owning GLMDeployment failed: TemporaryError: the API server did not answer" in caplog.text
+    assert "refreshing GLMDeployment ns/glm failed (TemporaryError: the API server did not answer" in caplog.text
+    assert "retrying in 5s" in caplog.text
+    memo.runtime.retries.pause()
 
 
 async def test_a_pods_canary_task_runs_without_the_cause_of_the_event_that_started_it() -> None:

@@ -198,7 +198,7 @@ async def test_a_replica_active_again_after_a_pause_relists_soon_not_at_the_next
     await asyncio.wait_for(resync._next_sweep(context, every=0.01), timeout=2)  # and the interval still runs
 
 
-async def test_the_peering_follower_asks_for_a_relist_when_this_replica_becomes_active_again(
+async def test_the_peering_follower_holds_retries_while_paused_and_asks_for_a_relist_once_active_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     verdicts = iter([True, True, False, False])
@@ -208,14 +208,26 @@ async def test_the_peering_follower_asks_for_a_relist_when_this_replica_becomes_
     gates = PodTasks(lambda pod: asyncio.sleep(0))
     settings = kopf.OperatorSettings()
     settings.peering.clusterwide = True
-    resumed: list[bool] = []
-    follower = asyncio.create_task(canary._follow_peering(gates, settings, lambda: resumed.append(gates.paused)))
+    memo = SimpleNamespace(runtime=Runtime.from_env({}))
+    context: Runtime = memo.runtime
+    retried: list[str] = []
+    context.retries.failed(("ns", "glm"), lambda: retried.append("early"), at_least=None)
+    seen: list[tuple[bool, bool, bool, bool]] = []
+
+    def changed(active: bool) -> None:
+        canary._peers(memo, active)  # type: ignore[arg-type]
+        seen.append((active, gates.paused, context.retries.paused, context.relist_requested.is_set()))
+
+    follower = asyncio.create_task(canary._follow_peering(gates, settings, changed))
     for _ in range(200):
         await asyncio.sleep(0.005)
-        if resumed:
+        if len(seen) == 2:
             break
     follower.cancel()
-    assert resumed == [False], "asked once, after the gates resumed"
+    assert seen == [(False, True, True, False), (True, False, False, True)], "told once each way"
+    assert context.retries.pending() == 0, "the retry scheduled before the pause was dropped"
+    assert context.retries.failed(("ns", "glm"), lambda: None) is not None, "and retries run again once active"
+    context.retries.pause()
 
 
 @pytest.mark.parametrize("owner_exists", [True, False])
@@ -280,7 +292,7 @@ def test_warnings_a_run_already_posted_are_not_posted_again(monkeypatch: pytest.
     for _ in range(2):  # two waiters of the same run
         future: asyncio.Future[Any] = asyncio.new_event_loop().create_future()
         future.set_result(done)
-        glmdeployment.refreshed_callback(None, LOG)(future)  # type: ignore[arg-type]
+        glmdeployment._refreshed(Runtime.from_env({}), ("ns", "glm"), None, LOG, future)
     assert posted == ["ModelDownloadFailed"]
 
 

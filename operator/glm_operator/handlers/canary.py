@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeVar, cast
@@ -82,9 +83,7 @@ async def start_gates(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any
     gates = PodTasks(run, context=detached_context)
     memo.gates = gates
     if not settings.peering.standalone:
-        memo.gates_peering = asyncio.create_task(
-            _follow_peering(memo.gates, settings, lambda: runtime(memo).relist_requested.set())
-        )
+        memo.gates_peering = asyncio.create_task(_follow_peering(memo.gates, settings, functools.partial(_peers, memo)))
 
 
 @kopf.on.cleanup(id="glmops-canary-gates")
@@ -184,11 +183,22 @@ def _resume_delay(pod: WatchedPod, body: dict[str, Any] | None, state: GateState
     return state.resume(gate_condition(pod.body), report, recheck)
 
 
+def _peers(memo: kopf.Memo, active: bool) -> None:
+    """This replica paused (`active` False) or active again: hold the refresh retries, and once active re-list (its
+    watches were paused: what was deleted meanwhile, it never saw)."""
+    context = runtime(memo)
+    if active:
+        context.retries.resume()
+        context.relist_requested.set()
+    else:
+        context.retries.pause()
+
+
 async def _follow_peering(
-    gates: PodTasks, settings: kopf.OperatorSettings, resumed: Callable[[], None] = lambda: None
+    gates: PodTasks, settings: kopf.OperatorSettings, changed: Callable[[bool], None] = lambda active: None
 ) -> None:
-    """Pause the gate tasks while kopf's peering says another replica is the active one; call `resumed` when this
-    replica becomes the active one again (its watches were paused: what was deleted meanwhile, it never saw)."""
+    """Pause the gate tasks while kopf's peering says another replica is the active one; call `changed` with False
+    when it pauses them and True when this replica becomes the active one again."""
     while True:
         namespaces: list[str | None] = [None]
         if not settings.peering.clusterwide:  # kopf keeps one peering object per served namespace
@@ -200,11 +210,12 @@ async def _follow_peering(
         except Exception as err:  # noqa: BLE001 - an unreadable peering object keeps the last decision
             log.warning("could not read the peering object %s: %s", settings.peering.name, err)
         else:
-            if paused:
+            if paused and not gates.paused:
                 await gates.pause()
-            elif gates.paused:
+                changed(False)
+            elif not paused and gates.paused:
                 gates.resume()
-                resumed()
+                changed(True)
         await asyncio.sleep(PEERING_CHECK_S)
 
 

@@ -23,7 +23,7 @@ from glm_operator.handlers.detached import detached_context
 from glm_operator.handlers.runtime import Runtime, runtime
 from glm_operator.handlers.settings import OWNED_RESOURCES
 from glm_operator.k8s import objects
-from glm_operator.k8s.client import API_UNREACHABLE
+from glm_operator.k8s.client import API_UNREACHABLE, refusal
 from glm_operator.k8s.imagebuild import ensure_glmimage
 from glm_operator.planner.deployment import Observed, Outcome, image_request, plan
 
@@ -69,7 +69,7 @@ def _reconcile_body(body: dict[str, Any], context: Runtime, logger: Any) -> Outc
             context.observed.record(objects.apply(obj))  # read back by the next refresh before its watch event
         objects.delete(meta["namespace"], outcome.delete)
     except kubernetes.client.ApiException as err:
-        raise kopf.TemporaryError(f"applying owned objects failed: {err.status} {err.reason}", delay=15) from err
+        raise kopf.TemporaryError(f"applying owned objects failed: {refusal(err)}", delay=15) from err
     for _api, kind, name in outcome.delete:
         context.observed.forget(meta["namespace"], kind, name)
     if outcome.delete:
@@ -187,28 +187,36 @@ async def _owned_event(
             context.confirm_owner.add(parent)
     if parent is None:
         return
-    # Not awaited, and run and followed up outside this handler's context: either would keep this event's object and
-    # kopf's handling of it alive until the refresh ends, thousands of them behind a busy thread pool at scale
+    request_refresh(context, parent, logger, deleted=str(body.metadata.get("name")) if type == "DELETED" else None)
+
+
+def request_refresh(context: Runtime, key: tuple[str, str], logger: Any, deleted: str | None = None) -> None:
+    """Ask for a refresh of one deployment without waiting; a failed one is retried with backoff (`deleted`: the
+    owned object whose deletion asked, named in an Event once it is re-created)."""
+    # Not awaited, and run and followed up outside the calling handler's context: either would keep its event's object
+    # and kopf's handling of it alive until the refresh ends, thousands of them behind a busy thread pool at scale
     # (bench/RESULTS.md, reconcile scale).
     detached = detached_context()
-    refreshed = context.refreshes.submit(parent, refresh_run(*parent, context, logger), context=detached)
-    deleted = str(body.metadata.get("name")) if type == "DELETED" else None
-    refreshed.add_done_callback(refreshed_callback(deleted, logger), context=detached)
+    refreshed = context.refreshes.submit(key, refresh_run(*key, context, logger), context=detached)
+    refreshed.add_done_callback(functools.partial(_refreshed, context, key, deleted, logger), context=detached)
 
 
-def refreshed_callback(deleted: str | None, logger: kopf.Logger) -> functools.partial[None]:
-    """What to do once a refresh asked for without waiting ends (`deleted`: the owned object whose deletion asked)."""
-    return functools.partial(_refreshed, deleted, logger)
-
-
-def _refreshed(deleted: str | None, logger: kopf.Logger, refreshed: asyncio.Future[Refreshed | None]) -> None:
-    """After the refresh an owned object's event asked for: say what was restored and what went wrong."""
+def _refreshed(
+    context: Runtime,
+    key: tuple[str, str],
+    deleted: str | None,
+    logger: Any,
+    refreshed: asyncio.Future[Refreshed | None],
+) -> None:
+    """After a refresh nobody waited for: say what was restored; on failure, say so and ask again later."""
     if refreshed.cancelled():
         return  # the operator is stopping
     error = refreshed.exception()
     if error is not None:
-        logger.error(f"refreshing the owning GLMDeployment failed: {type(error).__name__}: {error}")
+        _retry_later(context, key, deleted, logger, error)
         return
+    if context.retries.succeeded(key):
+        logger.info(f"refreshing GLMDeployment {key[0]}/{key[1]} succeeded again")
     done = refreshed.result()
     if done is None:
         return
@@ -220,6 +228,26 @@ def _refreshed(deleted: str | None, logger: kopf.Logger, refreshed: asyncio.Futu
         done.warned = True
     if deleted is not None:
         kopf.info(body, reason="Restored", message=f"re-created {deleted} after it was deleted")
+
+
+def _retry_later(
+    context: Runtime, key: tuple[str, str], deleted: str | None, logger: Any, error: BaseException
+) -> None:
+    """Schedule the next attempt of a failed refresh (one per deployment); the first failure in a row is an Event."""
+    at_least = getattr(error, "delay", None) if isinstance(error, kopf.TemporaryError) else None
+    retry = functools.partial(request_refresh, context, key, logger, deleted)
+    seconds = context.retries.failed(key, retry, at_least=at_least)
+    if seconds is None:
+        return  # another waiter of the same run already scheduled it, or this replica is paused
+    what = f"{type(error).__name__}: {error}"
+    logger.error(f"refreshing GLMDeployment {key[0]}/{key[1]} failed ({what}); retrying in {seconds:g}s")
+    body = context.observed.get(key[0], KIND, key[1])
+    if body is not None and context.retries.attempts(key) == 1:
+        kopf.warn(
+            kopf.Body(cast(kopf.RawBody, body)),
+            reason="RefreshFailed",
+            message=f"restoring or checking the owned objects failed ({what}); retried with backoff",
+        )
 
 
 for _resource in OWNED_RESOURCES:

@@ -24,7 +24,7 @@ from glm_operator.api import API_VERSION
 from glm_operator.api.constants import MANAGED
 from glm_operator.canary.supervisor import PodTasks
 from glm_operator.handlers.detached import detached_context
-from glm_operator.handlers.glmdeployment import KIND, refresh_run, refreshed_callback
+from glm_operator.handlers.glmdeployment import KIND, request_refresh
 from glm_operator.handlers.runtime import Runtime, runtime
 from glm_operator.k8s import objects
 from glm_operator.planner.observed import OwnerKey, stale_after_relist
@@ -101,9 +101,7 @@ async def _sweep(memo: kopf.Memo, every: float, logger: Any) -> None:
             log.warning("the re-list of owned objects failed: %s: %s", type(err).__name__, err)
             continue
         for owner in sorted(owners):
-            detached = detached_context()
-            done = context.refreshes.submit(owner, refresh_run(*owner, context, logger), context=detached)
-            done.add_done_callback(refreshed_callback(None, logger), context=detached)
+            request_refresh(context, owner, logger)
 
 
 @kopf.on.startup(id="glmops-resync")

@@ -21,6 +21,7 @@ from glm_operator.k8s.catalog import CatalogSource
 from glm_operator.k8s.objects import OWNED_KINDS
 from glm_operator.planner.coalesce import Coalescer
 from glm_operator.planner.observed import ObservedObjects
+from glm_operator.planner.retry import Retries
 from glm_operator.render.imagebuild import BuildSettings
 from glm_operator.render.storage import DownloadSettings
 
@@ -40,6 +41,8 @@ class Runtime:
     # Deployments one of whose owned objects was deleted: their next refresh asks the API server whether they still
     # exist (their own deletion's event may not have arrived yet, and garbage collection deletes what they own).
     confirm_owner: set[tuple[str, str]] = field(default_factory=set)
+    # Deployments whose last refresh nobody waited for failed: each retried later, with backoff.
+    retries: Retries = field(default_factory=Retries)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Runtime:
@@ -67,6 +70,7 @@ class Runtime:
             observed=other.observed,
             relist_requested=other.relist_requested,
             confirm_owner=other.confirm_owner,
+            retries=other.retries,
         )
 
 
