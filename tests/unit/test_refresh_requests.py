@@ -211,7 +211,7 @@ async def test_the_peering_follower_holds_retries_while_paused_and_asks_for_a_re
     memo = SimpleNamespace(runtime=Runtime.from_env({}))
     context: Runtime = memo.runtime
     retried: list[str] = []
-    context.retries.failed(("ns", "glm"), lambda: retried.append("early"), at_least=None)
+    context.retries.failed(("ns", "glm"), lambda notes: retried.append("early"), at_least=None)
     seen: list[tuple[bool, bool, bool, bool]] = []
 
     def changed(active: bool) -> None:
@@ -224,9 +224,9 @@ async def test_the_peering_follower_holds_retries_while_paused_and_asks_for_a_re
         if len(seen) == 2:
             break
     follower.cancel()
-    assert seen == [(False, True, True, False), (True, False, False, True)], "told once each way"
+    assert seen == [(False, False, True, False), (True, False, False, True)], "told once each way, retries held first"
     assert context.retries.pending() == 0, "the retry scheduled before the pause was dropped"
-    assert context.retries.failed(("ns", "glm"), lambda: None) is not None, "and retries run again once active"
+    assert context.retries.failed(("ns", "glm"), lambda notes: None) is not None, "and retries run again once active"
     context.retries.pause()
 
 
@@ -292,7 +292,7 @@ def test_warnings_a_run_already_posted_are_not_posted_again(monkeypatch: pytest.
     for _ in range(2):  # two waiters of the same run
         future: asyncio.Future[Any] = asyncio.new_event_loop().create_future()
         future.set_result(done)
-        glmdeployment._refreshed(Runtime.from_env({}), ("ns", "glm"), None, LOG, future)
+        glmdeployment._refreshed(Runtime.from_env({}), ("ns", "glm"), (), LOG, future)
     assert posted == ["ModelDownloadFailed"]
 
 

@@ -93,7 +93,7 @@ async def test_a_failed_refresh_is_retried_until_it_succeeds_and_warns_once(
     flaky = Flaky(3, RuntimeError("quota exceeded"))
     monkeypatch.setattr(glmdeployment, "refresh", flaky)
     context = fast_context()
-    glmdeployment.request_refresh(context, KEY, LOG, deleted="glm-svc")
+    glmdeployment.request_refresh(context, KEY, LOG, deleted=("glm-svc",))
     await until(lambda: flaky.runs == 4 and context.retries.attempts(KEY) == 0)
     assert context.retries.pending() == 0
     reasons = [reason for reason, _ in warned]
@@ -149,12 +149,52 @@ async def test_a_success_from_another_request_drops_the_pending_retry(
     flaky = Flaky(1, RuntimeError("boom"))
     monkeypatch.setattr(glmdeployment, "refresh", flaky)
     context = fast_context()
-    context.retries.base = 60.0
-    glmdeployment.request_refresh(context, KEY, LOG)
+    context.retries.base = 0.5
+    glmdeployment.request_refresh(context, KEY, LOG, deleted=("glm",))
     await until(lambda: context.retries.pending() == 1)
-    glmdeployment.request_refresh(context, KEY, LOG)  # the next owned-object event
+    glmdeployment.request_refresh(context, KEY, LOG)  # the next owned-object event, before the retry is due
     await until(lambda: flaky.runs == 2 and context.retries.pending() == 0)
     assert context.retries.attempts(KEY) == 0
+    await asyncio.sleep(0.7)
+    assert flaky.runs == 2, "the dropped retry did not run as well"
+    assert [r for r, _ in warned] == ["RefreshFailed", "Restored"], "the failed request's re-creation still told"
+
+
+async def test_every_deletion_a_failed_run_served_is_told_once_a_retry_restores_it(
+    monkeypatch: pytest.MonkeyPatch, warned: list[tuple[str, str]]
+) -> None:
+    flaky = Flaky(2, RuntimeError("boom"))
+    monkeypatch.setattr(glmdeployment, "refresh", flaky)
+    context = fast_context()
+    context.retries.base = 0.05
+    glmdeployment.request_refresh(context, KEY, LOG)  # a status change
+    glmdeployment.request_refresh(context, KEY, LOG, deleted=("glm",))  # and the Service's deletion, one run
+    await until(lambda: context.retries.pending() == 1)
+    glmdeployment.request_refresh(context, KEY, LOG, deleted=("glm-canary",))  # fails again, a retry pending
+    await until(lambda: flaky.runs == 3 and context.retries.attempts(KEY) == 0)
+    restored = sorted(m for r, m in warned if r == "Restored")
+    assert restored == ["re-created glm after it was deleted", "re-created glm-canary after it was deleted"]
+
+
+async def test_a_long_api_error_is_one_bounded_line_with_the_servers_reason(
+    monkeypatch: pytest.MonkeyPatch, warned: list[tuple[str, str]], caplog: pytest.LogCaptureFixture
+) -> None:
+    import kubernetes
+
+    error = kubernetes.client.ApiException(status=409, reason="Conflict")
+    error.body = '{"message": "the object has been modified' + "x" * 5000 + '"}'
+    error.headers = {"Audit-Id": "y" * 2000}
+    flaky = Flaky(1, error)
+    monkeypatch.setattr(glmdeployment, "refresh", flaky)
+    context = fast_context()
+    context.retries.base = 60.0
+    with caplog.at_level(logging.ERROR, logger="test"):
+        glmdeployment.request_refresh(context, KEY, LOG)
+        await until(lambda: context.retries.pending() == 1)
+    context.retries.pause()
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "409 Conflict: the object has been modified" in line and "Audit-Id" not in line and len(line) < 600
+    assert len(warned[0][1]) < 600
 
 
 def test_a_runtime_built_later_shares_the_live_state_of_the_first() -> None:

@@ -211,8 +211,8 @@ async def _follow_peering(
             log.warning("could not read the peering object %s: %s", settings.peering.name, err)
         else:
             if paused and not gates.paused:
+                changed(False)  # first: a retry due while the gates stop would act on frozen copies
                 await gates.pause()
-                changed(False)
             elif not paused and gates.paused:
                 gates.resume()
                 changed(True)

@@ -29,6 +29,7 @@ from glm_operator.planner.deployment import Observed, Outcome, image_request, pl
 
 API_RETRY_S = 5  # an API server restart takes seconds; kopf's default retry after a failure is 60 s
 KIND = "GLMDeployment"
+FAILURE_CHARS = 400  # of a failed refresh's error, in a log line or an Event
 
 
 @dataclass
@@ -135,8 +136,11 @@ async def reconcile(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **_: 
     # One reconcile of a deployment at a time, with the refreshes its owned objects' events ask for.
     run = refresh_run(namespace, name, context, logger)
     done: Refreshed | None = await context.refreshes.request((namespace, name), run, context=detached_context())
+    restored = _succeeded(context, (namespace, name), (), logger)
     if done is None:
         return
+    for restored_name in restored:
+        kopf.info(body, reason="Restored", message=f"re-created {restored_name} after it was deleted")
     for event in done.outcome.events:
         if event.type == "Normal":
             kopf.info(body, reason=event.reason, message=event.message)
@@ -187,12 +191,12 @@ async def _owned_event(
             context.confirm_owner.add(parent)
     if parent is None:
         return
-    request_refresh(context, parent, logger, deleted=str(body.metadata.get("name")) if type == "DELETED" else None)
+    request_refresh(context, parent, logger, deleted=(str(body.metadata.get("name")),) if type == "DELETED" else ())
 
 
-def request_refresh(context: Runtime, key: tuple[str, str], logger: Any, deleted: str | None = None) -> None:
+def request_refresh(context: Runtime, key: tuple[str, str], logger: Any, deleted: tuple[str, ...] = ()) -> None:
     """Ask for a refresh of one deployment without waiting; a failed one is retried with backoff (`deleted`: the
-    owned object whose deletion asked, named in an Event once it is re-created)."""
+    owned objects whose deletion asked, named in an Event once re-created)."""
     # Not awaited, and run and followed up outside the calling handler's context: either would keep its event's object
     # and kopf's handling of it alive until the refresh ends, thousands of them behind a busy thread pool at scale
     # (bench/RESULTS.md, reconcile scale).
@@ -204,7 +208,7 @@ def request_refresh(context: Runtime, key: tuple[str, str], logger: Any, deleted
 def _refreshed(
     context: Runtime,
     key: tuple[str, str],
-    deleted: str | None,
+    deleted: tuple[str, ...],
     logger: Any,
     refreshed: asyncio.Future[Refreshed | None],
 ) -> None:
@@ -215,9 +219,8 @@ def _refreshed(
     if error is not None:
         _retry_later(context, key, deleted, logger, error)
         return
-    if context.retries.succeeded(key):
-        logger.info(f"refreshing GLMDeployment {key[0]}/{key[1]} succeeded again")
     done = refreshed.result()
+    deleted = _succeeded(context, key, deleted, logger)
     if done is None:
         return
     body = kopf.Body(cast(kopf.RawBody, done.body))
@@ -226,20 +229,37 @@ def _refreshed(
             if event.type == "Warning":
                 kopf.warn(body, reason=event.reason, message=event.message)
         done.warned = True
-    if deleted is not None:
-        kopf.info(body, reason="Restored", message=f"re-created {deleted} after it was deleted")
+    for name in deleted:
+        kopf.info(body, reason="Restored", message=f"re-created {name} after it was deleted")
+
+
+def _succeeded(context: Runtime, key: tuple[str, str], deleted: tuple[str, ...], logger: Any) -> tuple[str, ...]:
+    """A refresh of `key` succeeded: reset its retries; the deleted objects it re-created, with those of failed runs."""
+    had_failed, earlier = context.retries.succeeded(key)
+    if had_failed:
+        logger.info(f"refreshing GLMDeployment {key[0]}/{key[1]} succeeded again")
+    return tuple(sorted({*deleted, *earlier}))
+
+
+def _failure(error: BaseException) -> str:
+    """A failed refresh's error in one bounded line (an API error's whole response would carry its headers)."""
+    if isinstance(error, kubernetes.client.ApiException):
+        return f"{type(error).__name__}: {refusal(error)}"
+    return f"{type(error).__name__}: {error}"[:FAILURE_CHARS]
 
 
 def _retry_later(
-    context: Runtime, key: tuple[str, str], deleted: str | None, logger: Any, error: BaseException
+    context: Runtime, key: tuple[str, str], deleted: tuple[str, ...], logger: Any, error: BaseException
 ) -> None:
     """Schedule the next attempt of a failed refresh (one per deployment); the first failure in a row is an Event."""
     at_least = getattr(error, "delay", None) if isinstance(error, kopf.TemporaryError) else None
-    retry = functools.partial(request_refresh, context, key, logger, deleted)
-    seconds = context.retries.failed(key, retry, at_least=at_least)
+    retry = functools.partial(_retry, context, key, logger)
+    seconds = context.retries.failed(key, retry, at_least=at_least, notes=deleted)
+    what = _failure(error)
     if seconds is None:
-        return  # another waiter of the same run already scheduled it, or this replica is paused
-    what = f"{type(error).__name__}: {error}"
+        if context.retries.paused:
+            logger.warning(f"refreshing GLMDeployment {key[0]}/{key[1]} failed ({what}); another replica is active")
+        return  # otherwise another waiter of the same run already scheduled the retry
     logger.error(f"refreshing GLMDeployment {key[0]}/{key[1]} failed ({what}); retrying in {seconds:g}s")
     body = context.observed.get(key[0], KIND, key[1])
     if body is not None and context.retries.attempts(key) == 1:
@@ -248,6 +268,16 @@ def _retry_later(
             reason="RefreshFailed",
             message=f"restoring or checking the owned objects failed ({what}); retried with backoff",
         )
+
+
+def _retry(context: Runtime, key: tuple[str, str], logger: Any, deleted: tuple[str, ...]) -> None:
+    request_refresh(context, key, logger, deleted)
+
+
+@kopf.on.cleanup(id="glmops-refresh-retries")
+async def stop_retries(memo: kopf.Memo, **_: Any) -> None:
+    """Schedule no more refreshes once the operator is stopping."""
+    runtime(memo).retries.pause()
 
 
 for _resource in OWNED_RESOURCES:

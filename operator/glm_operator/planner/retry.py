@@ -11,7 +11,7 @@ is the rate-limited requeue controller-runtime gives Go controllers. Pure asynci
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Collection, Hashable
 
 BASE_S = 5.0
 CAP_S = 300.0
@@ -23,6 +23,7 @@ class Retries:
         self.cap = cap
         self._attempts: dict[Hashable, int] = {}
         self._timers: dict[Hashable, asyncio.TimerHandle] = {}
+        self._notes: dict[Hashable, set[str]] = {}  # what the failed requests had to tell once one succeeds
         self.paused = False
 
     def delay(self, attempt: int, at_least: float | None = None) -> float:
@@ -30,9 +31,17 @@ class Retries:
         backoff: float = min(self.base * 2.0 ** min(attempt - 1, 64), self.cap)  # no overflow after days of failing
         return max(backoff, min(at_least or 0.0, self.cap))
 
-    def failed(self, key: Hashable, retry: Callable[[], object], at_least: float | None = None) -> float | None:
-        """After a failed run for `key`: schedule `retry` once; its delay, or None if one is already pending (the
-        waiters of one failed run each report it) or retries are paused. Call from the event loop."""
+    def failed(
+        self,
+        key: Hashable,
+        retry: Callable[[tuple[str, ...]], object],
+        at_least: float | None = None,
+        notes: Collection[str] = (),
+    ) -> float | None:
+        """After a failed run for `key`: schedule `retry` once, to be called with every note the failed requests
+        carried (merged into a retry already pending); its delay, or None if one is already pending (the waiters of
+        one failed run each report it) or retries are paused. Call from the event loop."""
+        self._notes.setdefault(key, set()).update(notes)
         if key in self._timers or self.paused:
             return None
         attempt = self._attempts.get(key, 0) + 1
@@ -41,16 +50,18 @@ class Retries:
         self._timers[key] = asyncio.get_running_loop().call_later(seconds, self._fire, key, retry)
         return seconds
 
-    def _fire(self, key: Hashable, retry: Callable[[], object]) -> None:
+    def _fire(self, key: Hashable, retry: Callable[[tuple[str, ...]], object]) -> None:
         self._timers.pop(key, None)
-        retry()
+        retry(tuple(sorted(self._notes.pop(key, ()))))
 
-    def succeeded(self, key: Hashable) -> bool:
-        """After a run for `key` that succeeded: forget its failures; whether it had any."""
+    def succeeded(self, key: Hashable) -> tuple[bool, tuple[str, ...]]:
+        """After a run for `key` that succeeded: forget its failures; whether it had any, and the notes of the
+        failed requests it served (that run started after them, so it did their work)."""
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
-        return self._attempts.pop(key, None) is not None
+        notes = tuple(sorted(self._notes.pop(key, ())))
+        return self._attempts.pop(key, None) is not None, notes
 
     def attempts(self, key: Hashable) -> int:
         """Failures in a row for `key` (0 after a success)."""
