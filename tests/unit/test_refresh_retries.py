@@ -72,9 +72,11 @@ def warned(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     return posted
 
 
-def fast_context() -> Runtime:
+def refreshing(monkeypatch: pytest.MonkeyPatch, flaky: Flaky, base: float = 0.01) -> Runtime:
+    """A runtime that knows the deployment, whose refreshes run `flaky`, retried `base` seconds after a failure."""
+    monkeypatch.setattr(glmdeployment, "refresh", flaky)
     context = Runtime.from_env({})
-    context.retries.base = 0.01
+    context.retries.base = base
     context.observed.record(BODY, "GLMDeployment")
     return context
 
@@ -91,8 +93,7 @@ async def test_a_failed_refresh_is_retried_until_it_succeeds_and_warns_once(
     monkeypatch: pytest.MonkeyPatch, warned: list[tuple[str, str]]
 ) -> None:
     flaky = Flaky(3, RuntimeError("quota exceeded"))
-    monkeypatch.setattr(glmdeployment, "refresh", flaky)
-    context = fast_context()
+    context = refreshing(monkeypatch, flaky)
     glmdeployment.request_refresh(context, KEY, LOG, deleted=("glm-svc",))
     await until(lambda: flaky.runs == 4 and context.retries.attempts(KEY) == 0)
     assert context.retries.pending() == 0
@@ -105,9 +106,7 @@ async def test_waiters_of_one_failed_run_schedule_one_retry(
     monkeypatch: pytest.MonkeyPatch, warned: list[tuple[str, str]]
 ) -> None:
     flaky = Flaky(1, RuntimeError("boom"))
-    monkeypatch.setattr(glmdeployment, "refresh", flaky)
-    context = fast_context()
-    context.retries.base = 0.2
+    context = refreshing(monkeypatch, flaky, base=0.2)
     for _ in range(5):  # a burst of events: one run, five waiters
         glmdeployment.request_refresh(context, KEY, LOG)
     await until(lambda: context.retries.pending() == 1)
@@ -121,8 +120,7 @@ async def test_an_api_outage_waits_the_delay_the_error_names(
     monkeypatch: pytest.MonkeyPatch, warned: list[tuple[str, str]]
 ) -> None:
     flaky = Flaky(1, kopf.TemporaryError("the API server did not answer", delay=0.3))
-    monkeypatch.setattr(glmdeployment, "refresh", flaky)
-    context = fast_context()
+    context = refreshing(monkeypatch, flaky)
     loop = asyncio.get_running_loop()
     started = loop.time()
     glmdeployment.request_refresh(context, KEY, LOG)
@@ -134,8 +132,7 @@ async def test_a_paused_replica_schedules_no_retry(
     monkeypatch: pytest.MonkeyPatch, warned: list[tuple[str, str]]
 ) -> None:
     flaky = Flaky(1, RuntimeError("boom"))
-    monkeypatch.setattr(glmdeployment, "refresh", flaky)
-    context = fast_context()
+    context = refreshing(monkeypatch, flaky)
     context.retries.pause()
     glmdeployment.request_refresh(context, KEY, LOG)
     await until(lambda: flaky.runs == 1)
@@ -147,9 +144,7 @@ async def test_a_success_from_another_request_drops_the_pending_retry(
     monkeypatch: pytest.MonkeyPatch, warned: list[tuple[str, str]]
 ) -> None:
     flaky = Flaky(1, RuntimeError("boom"))
-    monkeypatch.setattr(glmdeployment, "refresh", flaky)
-    context = fast_context()
-    context.retries.base = 0.5
+    context = refreshing(monkeypatch, flaky, base=0.5)
     glmdeployment.request_refresh(context, KEY, LOG, deleted=("glm",))
     await until(lambda: context.retries.pending() == 1)
     glmdeployment.request_refresh(context, KEY, LOG)  # the next owned-object event, before the retry is due
@@ -164,9 +159,7 @@ async def test_every_deletion_a_failed_run_served_is_told_once_a_retry_restores_
     monkeypatch: pytest.MonkeyPatch, warned: list[tuple[str, str]]
 ) -> None:
     flaky = Flaky(2, RuntimeError("boom"))
-    monkeypatch.setattr(glmdeployment, "refresh", flaky)
-    context = fast_context()
-    context.retries.base = 0.05
+    context = refreshing(monkeypatch, flaky, base=0.05)
     glmdeployment.request_refresh(context, KEY, LOG)  # a status change
     glmdeployment.request_refresh(context, KEY, LOG, deleted=("glm",))  # and the Service's deletion, one run
     await until(lambda: context.retries.pending() == 1)
@@ -185,9 +178,7 @@ async def test_a_long_api_error_is_one_bounded_line_with_the_servers_reason(
     error.body = '{"message": "the object has been modified' + "x" * 5000 + '"}'
     error.headers = {"Audit-Id": "y" * 2000}
     flaky = Flaky(1, error)
-    monkeypatch.setattr(glmdeployment, "refresh", flaky)
-    context = fast_context()
-    context.retries.base = 60.0
+    context = refreshing(monkeypatch, flaky, base=60.0)
     with caplog.at_level(logging.ERROR, logger="test"):
         glmdeployment.request_refresh(context, KEY, LOG)
         await until(lambda: context.retries.pending() == 1)

@@ -139,8 +139,7 @@ async def reconcile(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **_: 
     restored = _succeeded(context, (namespace, name), (), logger)
     if done is None:
         return
-    for restored_name in restored:
-        kopf.info(body, reason="Restored", message=f"re-created {restored_name} after it was deleted")
+    _tell_restored(body, restored)
     for event in done.outcome.events:
         if event.type == "Normal":
             kopf.info(body, reason=event.reason, message=event.message)
@@ -229,6 +228,10 @@ def _refreshed(
             if event.type == "Warning":
                 kopf.warn(body, reason=event.reason, message=event.message)
         done.warned = True
+    _tell_restored(body, deleted)
+
+
+def _tell_restored(body: kopf.Body, deleted: tuple[str, ...]) -> None:
     for name in deleted:
         kopf.info(body, reason="Restored", message=f"re-created {name} after it was deleted")
 
@@ -253,7 +256,7 @@ def _retry_later(
 ) -> None:
     """Schedule the next attempt of a failed refresh (one per deployment); the first failure in a row is an Event."""
     at_least = getattr(error, "delay", None) if isinstance(error, kopf.TemporaryError) else None
-    retry = functools.partial(_retry, context, key, logger)
+    retry = functools.partial(request_refresh, context, key, logger)  # called with the deletions it owes
     seconds = context.retries.failed(key, retry, at_least=at_least, notes=deleted)
     what = _failure(error)
     if seconds is None:
@@ -268,10 +271,6 @@ def _retry_later(
             reason="RefreshFailed",
             message=f"restoring or checking the owned objects failed ({what}); retried with backoff",
         )
-
-
-def _retry(context: Runtime, key: tuple[str, str], logger: Any, deleted: tuple[str, ...]) -> None:
-    request_refresh(context, key, logger, deleted)
 
 
 @kopf.on.cleanup(id="glmops-refresh-retries")
