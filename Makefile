@@ -45,8 +45,8 @@ check: venv
 	@.venv/bin/glmctl generate --check
 	@.venv/bin/lint-imports --no-cache
 	@.venv/bin/mypy
-	@.venv/bin/ruff check operator tests images/vllm-patches bench
-	@.venv/bin/ruff format --check --quiet operator tests images/vllm-patches bench
+	@.venv/bin/ruff check operator tests images/vllm-patches bench hack
+	@.venv/bin/ruff format --check --quiet operator tests images/vllm-patches bench hack
 
 # The real sources of every supported vLLM version: tests/vllm_source checks every fact the rules rely on against them.
 .PHONY: vllm-sources

@@ -19,7 +19,7 @@ from glm_operator.cli.canary_cmd import canary, sim
 from glm_operator.cli.generate import stale_files, write_all
 from glm_operator.cli.render import render
 from glm_operator.cli.validate import validate
-from glm_operator.render.fleet import default_fleet
+from glm_operator.render.fleet import FLEETS, default_fleet
 from glm_operator.sim.endpoint_faults import ENDPOINT_FAULTS
 from glm_operator.sim.faults import FAULTS
 
@@ -42,7 +42,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _cmd_fleet(args: argparse.Namespace) -> int:
-    nodes = default_fleet(load_accelerators(), args.nodes_per_type)
+    nodes = default_fleet(load_accelerators(), args.nodes_per_type, FLEETS[args.shape])
     sys.stdout.write(yaml.safe_dump_all(nodes, sort_keys=False))
     return 0
 
@@ -137,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     fleet = sub.add_parser("fleet", help="print the fake GPU nodes of the local control plane")
     fleet.add_argument("--nodes-per-type", type=int, default=None, help="nodes of each accelerator type")
+    fleet.add_argument(
+        "--shape", choices=sorted(FLEETS), default="test", help="test: two nodes a type; demo: room for every sample"
+    )
     fleet.set_defaults(func=_cmd_fleet)
 
     val = sub.add_parser(
