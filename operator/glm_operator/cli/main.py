@@ -14,6 +14,7 @@ from typing import Any
 
 from glm_operator import __version__
 from glm_operator.canary.suite import SUITES
+from glm_operator.cli.arguments import add_manifest_arguments, manifest_sources
 from glm_operator.cli.canary_cmd import canary
 from glm_operator.cli.dev_commands import DEV_COMMANDS, add_dev_commands
 from glm_operator.cli.render import render
@@ -21,18 +22,29 @@ from glm_operator.cli.validate import validate
 
 EPILOG = "Developer and test commands (crd, generate, fleet, sim, sim-fleet) are listed by `glmctl help dev`."
 
-IMAGE_POLICY_HELP = (
-    "the cluster's image policy, as the operator enforces it: the chart's values file (its imagePolicy) or an "
-    "imagePolicy mapping alone (allowCustomImages, allowedRepositories). Default: custom images allowed"
+VALIDATE_DESCRIPTION = (
+    "Exit 0 when every object is admitted (maybe repaired or with warnings), 1 when any is refused, 2 for bad "
+    "input: unreadable, not YAML, over 16 MiB (64 MiB for all files together) or expanded by YAML aliases beyond "
+    "100000 values, a file named without any GLMDeployment, or a directory with none in any of its files. "
+    "Objects of other kinds (a Service, a ConfigMap) are skipped with a note on stderr; the items of a `kind: "
+    "List` are read. Values in messages are cut at 200 characters. Exit 141 when the reader of the output leaves "
+    "early (as `| head`)."
 )
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    return validate(args.files, args.output, args.catalog, image_policy_file=args.image_policy)
+    sources = manifest_sources(args.usage_parser, args)
+    return validate(sources, args.output, args.catalog, image_policy_file=args.image_policy, recursive=args.recursive)
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    return render(args.files, args.lws, args.catalog, image_policy_file=args.image_policy)
+    return render(
+        manifest_sources(args.usage_parser, args),
+        args.lws,
+        args.catalog,
+        image_policy_file=args.image_policy,
+        recursive=args.recursive,
+    )
 
 
 def _cmd_canary(args: argparse.Namespace) -> int:
@@ -78,23 +90,11 @@ def _add_validate(sub: Any) -> None:
     val = sub.add_parser(
         "validate",
         help="check GLMDeployment manifests against the schema, the known-issue rules and the policy",
-        description="Exit 0 when every object is admitted (maybe repaired or with warnings), 1 when any is "
-        "refused, 2 for bad input: unreadable, not YAML, over 16 MiB or expanded by YAML aliases beyond "
-        "100000 values, or a file without any GLMDeployment. Objects of other kinds (a Service, a ConfigMap) "
-        "are skipped with a note on stderr; the items of a `kind: List` are read. Values in messages are cut "
-        "at 200 characters. Exit 141 when the reader of the output leaves early (as `| head`).",
+        description=VALIDATE_DESCRIPTION,
     )
     val.add_argument("-o", "--output", choices=["text", "json"], default="text")
-    val.add_argument(
-        "--catalog",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="a catalog extension (accelerators/models/images YAML, as in the glmops-catalog ConfigMap)",
-    )
-    val.add_argument("--image-policy", metavar="FILE", help=IMAGE_POLICY_HELP)
-    val.add_argument("files", nargs="+", metavar="FILE", help="manifest files, or - for standard input")
-    val.set_defaults(func=_cmd_validate)
+    add_manifest_arguments(val)
+    val.set_defaults(func=_cmd_validate, usage_parser=val)
 
 
 def _add_render(sub: Any) -> None:
@@ -110,10 +110,8 @@ def _add_render(sub: Any) -> None:
         action="store_false",
         help="render multi-node replicas as StatefulSets, as on a cluster without LeaderWorkerSet",
     )
-    ren.add_argument("--catalog", action="append", default=[], metavar="FILE", help="a catalog extension")
-    ren.add_argument("--image-policy", metavar="FILE", help=IMAGE_POLICY_HELP)
-    ren.add_argument("files", nargs="+", metavar="FILE", help="manifest files, or - for standard input")
-    ren.set_defaults(func=_cmd_render)
+    add_manifest_arguments(ren)
+    ren.set_defaults(func=_cmd_render, usage_parser=ren)
 
 
 def _add_canary(sub: Any) -> None:

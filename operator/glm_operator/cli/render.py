@@ -23,9 +23,11 @@ def render(
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
     image_policy_file: str | None = None,
+    *,
+    recursive: bool = False,
 ) -> int:
     stdout = stdout or sys.stdout
-    inputs = read_inputs(paths, catalog_files, stdin, image_policy_file)
+    inputs = read_inputs(paths, catalog_files, stdin, image_policy_file, recursive)
     if inputs is None:
         return EXIT_BAD_INPUT
     catalogs, docs = inputs

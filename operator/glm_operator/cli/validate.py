@@ -15,6 +15,8 @@ from glm_operator.rules.engine import admit
 from glm_operator.rules.findings import clip
 
 EXIT_ADMITTED, EXIT_REFUSED, EXIT_BAD_INPUT = 0, 1, 2
+MAX_NOTES = 50
+"""Notes printed at most: a directory of a whole application skips many objects, and says how many."""
 
 
 def load_catalogs(extensions: list[str], image_policy_file: str | None = None) -> Catalogs:
@@ -35,19 +37,25 @@ def load_catalogs(extensions: list[str], image_policy_file: str | None = None) -
 
 
 def read_inputs(
-    paths: list[str], catalog_files: list[str] | None, stdin: TextIO | None, image_policy_file: str | None = None
+    paths: list[str],
+    catalog_files: list[str] | None,
+    stdin: TextIO | None,
+    image_policy_file: str | None = None,
+    recursive: bool = False,
 ) -> tuple[Catalogs, list[tuple[str, dict[str, Any]]]] | None:
     """Catalogs and manifests for a command, or None after saying on stderr why they cannot be read."""
     manifests = Manifests()
     try:
         catalogs = load_catalogs(catalog_files or [], image_policy_file)
-        load_manifests(paths, stdin or sys.stdin, manifests)
+        load_manifests(paths, stdin or sys.stdin, manifests, recursive)
     except InputError as err:
         problem: InputError | None = err
     else:
         problem = None
-    for note in manifests.notes:
+    for note in manifests.notes[:MAX_NOTES]:
         print(f"note: {note}", file=sys.stderr)
+    if len(manifests.notes) > MAX_NOTES:
+        print(f"note: ... and {len(manifests.notes) - MAX_NOTES} more notes like these", file=sys.stderr)
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return None
@@ -61,9 +69,11 @@ def validate(
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
     image_policy_file: str | None = None,
+    *,
+    recursive: bool = False,
 ) -> int:
     stdout = stdout or sys.stdout
-    inputs = read_inputs(paths, catalog_files, stdin, image_policy_file)
+    inputs = read_inputs(paths, catalog_files, stdin, image_policy_file, recursive)
     if inputs is None:
         return EXIT_BAD_INPUT
     catalogs, docs = inputs
