@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from typing import Any
+
+NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+"""A namespace name: an RFC 1123 label, as the API server requires."""
 
 IMAGE_POLICY_HELP = (
     "the cluster's image policy, as the operator enforces it: the chart's values file (its imagePolicy) or an "
@@ -24,6 +28,14 @@ class _AddSources(argparse.Action):
     ) -> None:
         given = [values] if isinstance(values, str) else list(values or [])
         namespace.sources = [*getattr(namespace, "sources", []), *given]
+
+
+def namespace_name(text: str) -> str:
+    if len(text) > 63 or not NAMESPACE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: not a namespace name (lower-case letters, digits and '-', at most 63 characters)"
+        )
+    return text
 
 
 def add_manifest_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,11 +14,12 @@ from typing import Any
 
 from glm_operator import __version__
 from glm_operator.canary.suite import SUITES
-from glm_operator.cli.arguments import add_manifest_arguments, manifest_sources
+from glm_operator.cli.arguments import add_manifest_arguments, manifest_sources, namespace_name
 from glm_operator.cli.canary_cmd import canary
 from glm_operator.cli.dev_commands import DEV_COMMANDS, add_dev_commands
+from glm_operator.cli.output import OBJECT_FORMATS
 from glm_operator.cli.render import render
-from glm_operator.cli.validate import validate
+from glm_operator.cli.validate import REPORT_FORMATS, validate
 
 EPILOG = "Developer and test commands (crd, generate, fleet, sim, sim-fleet) are listed by `glmctl help dev`."
 
@@ -29,6 +30,12 @@ VALIDATE_DESCRIPTION = (
     "Objects of other kinds (a Service, a ConfigMap) are skipped with a note on stderr; the items of a `kind: "
     "List` are read. Values in messages are cut at 200 characters. Exit 141 when the reader of the output leaves "
     "early (as `| head`)."
+)
+
+RENDER_DESCRIPTION = (
+    "Exit 0 with the objects on stdout, 1 when admission refuses an object, 2 for bad input (as for validate: "
+    "other kinds are skipped with a note, a file without any GLMDeployment is bad input) and for a manifest "
+    "whose namespace is not the one given with -n."
 )
 
 
@@ -44,6 +51,8 @@ def _cmd_render(args: argparse.Namespace) -> int:
         args.catalog,
         image_policy_file=args.image_policy,
         recursive=args.recursive,
+        output=args.output,
+        namespace=args.namespace,
     )
 
 
@@ -92,7 +101,13 @@ def _add_validate(sub: Any) -> None:
         help="check GLMDeployment manifests against the schema, the known-issue rules and the policy",
         description=VALIDATE_DESCRIPTION,
     )
-    val.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    val.add_argument(
+        "-o",
+        "--output",
+        choices=["text", *REPORT_FORMATS],
+        default="text",
+        help="text for people (default); json or yaml: one result per object, with its repaired copy",
+    )
     add_manifest_arguments(val)
     val.set_defaults(func=_cmd_validate, usage_parser=val)
 
@@ -101,8 +116,20 @@ def _add_render(sub: Any) -> None:
     ren = sub.add_parser(
         "render",
         help="print the Kubernetes objects the operator would apply (after admission's repairs)",
-        description="Exit 0 with the objects on stdout, 1 when admission refuses an object, 2 for bad input "
-        "(as for validate: other kinds are skipped with a note, a file without any GLMDeployment is bad input).",
+        description=RENDER_DESCRIPTION,
+    )
+    ren.add_argument(
+        "-o",
+        "--output",
+        choices=OBJECT_FORMATS,
+        default="yaml",
+        help="yaml: one document per object (default); json: the object, or a v1 List of several",
+    )
+    ren.add_argument(
+        "-n",
+        "--namespace",
+        type=namespace_name,
+        help="the namespace of manifests without one (default: default); a manifest naming another is an error",
     )
     ren.add_argument(
         "--no-lws",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import replace
 from typing import Any, TextIO
@@ -11,10 +10,13 @@ from glm_operator.api import KIND
 from glm_operator.catalog.bundle import CatalogError, Catalogs
 from glm_operator.catalog.image_policy import ImagePolicy, PolicyError
 from glm_operator.cli.manifests import InputError, Manifests, load_manifests, read_bounded
+from glm_operator.cli.output import write_data
 from glm_operator.rules.engine import admit
 from glm_operator.rules.findings import clip
 
 EXIT_ADMITTED, EXIT_REFUSED, EXIT_BAD_INPUT = 0, 1, 2
+REPORT_FORMATS = ("json", "yaml")
+"""Validate's results for machines; `text` (the default) is for people."""
 MAX_NOTES = 50
 """Notes printed at most: a directory of a whole application skips many objects, and says how many."""
 
@@ -90,9 +92,8 @@ def validate(
                 "patched": admission.patched,
             }
         )
-    if output == "json":
-        json.dump(results, stdout, indent=2)
-        stdout.write("\n")
+    if output in REPORT_FORMATS:
+        write_data(results, output, stdout)
     else:
         for r in results:
             verdict = "admitted" if r["allowed"] else "REFUSED"
