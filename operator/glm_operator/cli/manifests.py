@@ -8,6 +8,9 @@ Decisions, as the API server and kubectl would make them:
   which kubectl uses, refuses alias bombs the same way). Recursive aliases are refused.
 - Objects of other kinds (a Service, a ConfigMap in the same bundle) are skipped with a note; a file
   without any GLMDeployment is bad input, so a CI gate never passes a file it did not check.
+- A file found in a `-f` directory may hold other kinds only (kubectl reads a whole application's
+  directory); the directory itself is bad input without any GLMDeployment, as a file is.
+- All the files of one run hold at most MAX_TOTAL_BYTES (a directory of many files at the cap of each).
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from typing import IO, Any
 import yaml
 
 from glm_operator.api import API_VERSION, KIND
+from glm_operator.cli.sources import SourceError, expand_sources
 from glm_operator.rules.findings import shown_json
 
 MAX_INPUT_BYTES = 16 * 1024 * 1024
+MAX_TOTAL_BYTES = 4 * MAX_INPUT_BYTES
 MAX_EXPANDED_NODES = 100_000
 MAX_EXPANDED_BYTES = MAX_INPUT_BYTES
 _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -120,8 +125,11 @@ class _Recursive(Exception):
     pass
 
 
-def select_glmdeployments(path: str, docs: list[Any], manifests: Manifests) -> None:
-    """Keep the GLMDeployments of one file (items of a `kind: List` too), noting every other kind skipped."""
+def select_glmdeployments(path: str, docs: list[Any], manifests: Manifests, required: bool = True) -> int:
+    """Keep the GLMDeployments of one file (items of a `kind: List` too), noting every other kind skipped.
+
+    Returns how many were kept; without `required` a file without any is noted rather than refused.
+    """
     found = 0
     for i, doc in enumerate(docs):
         for where, obj in _entries(_where(path, i, len(docs)), doc):
@@ -135,8 +143,11 @@ def select_glmdeployments(path: str, docs: list[Any], manifests: Manifests) -> N
                 raise InputError(f"{where}: apiVersion {api_version} of {KIND} is not {API_VERSION}")
             else:
                 manifests.notes.append(f"{where}: skipped {kind} ({api_version}): not a {KIND}")
-    if not found:
+    if not found and required:
         raise InputError(f"no {KIND} in {path}")
+    if not docs:
+        manifests.notes.append(f"{path}: skipped: no objects in it")
+    return found
 
 
 def _entries(where: str, doc: Any) -> list[tuple[str, Any]]:
@@ -151,10 +162,29 @@ def _short(value: Any) -> str:
     return shown_json(value, 80)
 
 
-def load_manifests(paths: list[str], stdin: IO[Any], manifests: Manifests) -> None:
-    """Fill `manifests` from every file; on bad input, what was noted so far stays in it."""
-    for path in paths:
-        select_glmdeployments(path, parse_documents(path, read_bounded(path, stdin)), manifests)
+def load_manifests(paths: list[str], stdin: IO[Any], manifests: Manifests, recursive: bool = False) -> None:
+    """Fill `manifests` from every file and directory; on bad input, what was noted so far stays in it."""
+    try:
+        sources = expand_sources(paths, recursive, manifests.notes)
+    except SourceError as err:
+        raise InputError(str(err)) from err
+    found_in: dict[str, int] = {}
+    left = MAX_TOTAL_BYTES
+    for source in sources:
+        text = read_bounded(source.path, stdin)
+        left -= len(text)
+        if left < 0:
+            raise InputError(
+                f"{source.path}: the files given hold more than {MAX_TOTAL_BYTES // (1024 * 1024)} MiB in all; "
+                "refused (check them in several runs)"
+            )
+        docs = parse_documents(source.path, text)
+        found = select_glmdeployments(source.path, docs, manifests, required=source.directory is None)
+        if source.directory is not None:
+            found_in[source.directory] = found_in.get(source.directory, 0) + found
+    for directory, found in found_in.items():
+        if not found:
+            raise InputError(f"no {KIND} in any file of {directory}")
 
 
 def _where(path: str, index: int, count: int) -> str:

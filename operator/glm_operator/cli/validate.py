@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import replace
 from typing import Any, TextIO
@@ -11,10 +10,15 @@ from glm_operator.api import KIND
 from glm_operator.catalog.bundle import CatalogError, Catalogs
 from glm_operator.catalog.image_policy import ImagePolicy, PolicyError
 from glm_operator.cli.manifests import InputError, Manifests, load_manifests, read_bounded
+from glm_operator.cli.output import write_data
 from glm_operator.rules.engine import admit
 from glm_operator.rules.findings import clip
 
 EXIT_ADMITTED, EXIT_REFUSED, EXIT_BAD_INPUT = 0, 1, 2
+REPORT_FORMATS = ("json", "yaml")
+"""Validate's results for machines; `text` (the default) is for people."""
+MAX_NOTES = 50
+"""Notes printed at most: a directory of a whole application skips many objects, and says how many."""
 
 
 def load_catalogs(extensions: list[str], image_policy_file: str | None = None) -> Catalogs:
@@ -35,19 +39,25 @@ def load_catalogs(extensions: list[str], image_policy_file: str | None = None) -
 
 
 def read_inputs(
-    paths: list[str], catalog_files: list[str] | None, stdin: TextIO | None, image_policy_file: str | None = None
+    paths: list[str],
+    catalog_files: list[str] | None,
+    stdin: TextIO | None,
+    image_policy_file: str | None = None,
+    recursive: bool = False,
 ) -> tuple[Catalogs, list[tuple[str, dict[str, Any]]]] | None:
     """Catalogs and manifests for a command, or None after saying on stderr why they cannot be read."""
     manifests = Manifests()
     try:
         catalogs = load_catalogs(catalog_files or [], image_policy_file)
-        load_manifests(paths, stdin or sys.stdin, manifests)
+        load_manifests(paths, stdin or sys.stdin, manifests, recursive)
     except InputError as err:
         problem: InputError | None = err
     else:
         problem = None
-    for note in manifests.notes:
+    for note in manifests.notes[:MAX_NOTES]:
         print(f"note: {note}", file=sys.stderr)
+    if len(manifests.notes) > MAX_NOTES:
+        print(f"note: ... and {len(manifests.notes) - MAX_NOTES} more notes like these", file=sys.stderr)
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return None
@@ -61,9 +71,11 @@ def validate(
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
     image_policy_file: str | None = None,
+    *,
+    recursive: bool = False,
 ) -> int:
     stdout = stdout or sys.stdout
-    inputs = read_inputs(paths, catalog_files, stdin, image_policy_file)
+    inputs = read_inputs(paths, catalog_files, stdin, image_policy_file, recursive)
     if inputs is None:
         return EXIT_BAD_INPUT
     catalogs, docs = inputs
@@ -80,9 +92,8 @@ def validate(
                 "patched": admission.patched,
             }
         )
-    if output == "json":
-        json.dump(results, stdout, indent=2)
-        stdout.write("\n")
+    if output in REPORT_FORMATS:
+        write_data(results, output, stdout)
     else:
         for r in results:
             verdict = "admitted" if r["allowed"] else "REFUSED"
