@@ -263,3 +263,42 @@ def test_the_default_log_format_is_kopfs_own_and_an_unknown_one_is_refused(helm:
     default = next(p for p in kopf.cli.run.params if p.name == "log_format").default
     assert f"--log-format={default}" in args
     assert "logFormat" in _refused(helm, "logFormat=xml")
+
+
+# --- PodDisruptionBudget --------------------------------------------------------------------------------------------
+
+
+def _budget(helm: str, *sets: str) -> dict[str, Any] | None:
+    return _objects(helm, *sets).get("PodDisruptionBudget/glmops")
+
+
+def test_one_replica_gets_no_budget_and_two_get_one_pod_at_a_time(helm: str) -> None:
+    assert _budget(helm) is None
+    assert _budget(helm, "podDisruptionBudget.minAvailable=1") is None, "it would block every drain"
+    budget = _budget(helm, "replicas=2")
+    assert budget is not None and budget["spec"]["maxUnavailable"] == 1 and "minAvailable" not in budget["spec"]
+    deployment = _objects(helm, "replicas=2")["Deployment/glmops"]
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("podDisruptionBudget.minAvailable=2", {"minAvailable": 2}),
+        ("podDisruptionBudget.minAvailable=50%", {"minAvailable": "50%"}),
+        ("podDisruptionBudget.maxUnavailable=2", {"maxUnavailable": 2}),
+        ("podDisruptionBudget.maxUnavailable=34%", {"maxUnavailable": "34%"}),
+        ("podDisruptionBudget.minAvailable=0", {"minAvailable": 0}),
+    ],
+)
+def test_the_budget_takes_min_available_or_max_unavailable(helm: str, value: str, expected: dict[str, Any]) -> None:
+    budget = _budget(helm, "replicas=3", value)
+    assert budget is not None
+    assert {k: v for k, v in budget["spec"].items() if k != "selector"} == expected
+
+
+def test_the_budget_can_be_switched_off_and_refuses_both_bounds_or_a_bad_one(helm: str) -> None:
+    assert _budget(helm, "replicas=3", "podDisruptionBudget.enabled=false") is None
+    both = _refused(helm, "replicas=3", "podDisruptionBudget.minAvailable=1", "podDisruptionBudget.maxUnavailable=1")
+    assert "not both" in both
+    assert "maxUnavailable" in _refused(helm, "replicas=3", "podDisruptionBudget.maxUnavailable=one")
