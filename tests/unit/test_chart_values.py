@@ -265,6 +265,44 @@ def test_the_default_log_format_is_kopfs_own_and_an_unknown_one_is_refused(helm:
     assert "logFormat" in _refused(helm, "logFormat=xml")
 
 
+# --- aggregated ClusterRoles ----------------------------------------------------------------------------------------
+
+
+def _aggregated(objects: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        k: o
+        for k, o in objects.items()
+        if o["kind"] == "ClusterRole" and any(label.startswith(AGGREGATE) for label in o["metadata"]["labels"])
+    }
+
+
+def _grants(role: dict[str, Any]) -> set[tuple[str, str]]:
+    return {(resource, verb) for rule in role["rules"] for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def test_view_reads_glmops_objects_and_is_aggregated_into_view_edit_and_admin(helm: str) -> None:
+    view = _aggregated(_objects(helm))["ClusterRole/glmops-view"]
+    assert {f"{AGGREGATE}{role}" for role in ("view", "edit", "admin")} <= view["metadata"]["labels"].keys()
+    reads = {"get", "list", "watch"}
+    for resource in ("glmdeployments", "glmdeployments/status", "glmimages"):
+        assert {(resource, verb) for verb in reads} <= _grants(view), resource
+    assert {verb for _, verb in _grants(view)} == reads
+
+
+def test_edit_writes_glmdeployments_only_and_is_aggregated_into_edit_and_admin(helm: str) -> None:
+    edit = _aggregated(_objects(helm))["ClusterRole/glmops-edit"]
+    labels = {k for k in edit["metadata"]["labels"] if k.startswith(AGGREGATE)}
+    assert labels == {f"{AGGREGATE}edit", f"{AGGREGATE}admin"}, "never into view"
+    assert _grants(edit) == {("glmdeployments", verb) for verb in ("create", "update", "patch", "delete")}
+    assert all(rule["apiGroups"] == ["glmops.dev"] for rule in edit["rules"])
+
+
+def test_aggregated_cluster_roles_can_be_switched_off(helm: str) -> None:
+    objects = _objects(helm, "rbac.aggregateClusterRoles=false")
+    assert not _aggregated(objects)
+    assert "ClusterRole/glmops" in objects, "the operator's own role stays"
+
+
 # --- PodDisruptionBudget --------------------------------------------------------------------------------------------
 
 
