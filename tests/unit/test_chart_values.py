@@ -17,6 +17,7 @@ import kopf.cli
 import pytest
 import yaml
 
+from glm_operator.render.alerts import ALERTS
 from tests.unit.test_alerts import CHART
 
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
@@ -183,6 +184,17 @@ def test_a_numeric_image_tag_is_taken_as_its_text(helm: str) -> None:
     assert _pod(_objects(helm, "image.tag=2"))["spec"]["containers"][0]["image"] == "ghcr.io/glmops/operator:2"
 
 
+@pytest.mark.parametrize("value, expected", [("0.1", "0.1"), ("1", "1")])
+def test_an_alert_threshold_given_with_set_reaches_the_rule(helm: str, value: str, expected: str) -> None:
+    key = "monitoring.prometheusRule.alerts.GLMOpsNullContentHigh.maxRate"
+    rule = _objects(helm, *MONITORING_ON, f"{key}={value}")["PrometheusRule/glmops"]
+    assert f") > {expected}\n" in rule["spec"]["groups"][0]["rules"][0]["expr"]
+
+
+def test_an_alert_threshold_that_is_no_number_is_refused(helm: str) -> None:
+    assert "maxRate" in _refused(helm, "monitoring.prometheusRule.alerts.GLMOpsNullContentHigh.maxRate=5%")
+
+
 # --- the operator pod -----------------------------------------------------------------------------------------------
 
 
@@ -340,3 +352,51 @@ def test_the_budget_can_be_switched_off_and_refuses_both_bounds_or_a_bad_one(hel
     both = _refused(helm, "replicas=3", "podDisruptionBudget.minAvailable=1", "podDisruptionBudget.maxUnavailable=1")
     assert "not both" in both
     assert "maxUnavailable" in _refused(helm, "replicas=3", "podDisruptionBudget.maxUnavailable=one")
+
+
+# --- monitoring -------------------------------------------------------------------------------------------------------
+
+
+def test_additional_rule_labels_and_annotations_reach_every_alert_as_strings(helm: str) -> None:
+    rule = _objects(
+        helm,
+        *MONITORING_ON,
+        "monitoring.prometheusRule.additionalRuleLabels.team=inference",
+        "monitoring.prometheusRule.additionalRuleLabels.tier=1",
+        "monitoring.prometheusRule.additionalRuleLabels.severity=info",
+        "monitoring.prometheusRule.additionalRuleAnnotations.dashboard=https://grafana.example/d/glmops",
+        "monitoring.prometheusRule.additionalRuleAnnotations.runbook_url=https://elsewhere.example",
+    )["PrometheusRule/glmops"]
+    rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert set(rules) == {a.name for a in ALERTS}
+    alerts = yaml.safe_load((CHART / "values.yaml").read_text())["monitoring"]["prometheusRule"]["alerts"]
+    for name, r in rules.items():
+        assert r["labels"] == {"severity": alerts[name]["severity"], "team": "inference", "tier": "1"}, name
+        assert r["annotations"]["dashboard"] == "https://grafana.example/d/glmops"
+        assert r["annotations"]["runbook_url"].endswith(f"#{name.lower()}"), "the rule's own runbook stays"
+
+
+def _operator_job(objects: dict[str, dict[str, Any]], fullname: str) -> tuple[str, str]:
+    """The job the release's ServiceMonitor gives the operator's targets, and the expression of its down alert."""
+    relabel = objects[f"ServiceMonitor/{fullname}"]["spec"]["endpoints"][0]["relabelings"]
+    job: str = next(r["replacement"] for r in relabel if r.get("targetLabel") == "job")
+    rules = objects[f"PrometheusRule/{fullname}"]["spec"]["groups"]
+    down: str = next(r["expr"] for g in rules for r in g["rules"] if r["alert"] == "GLMOpsOperatorDown")
+    return job, down
+
+
+def test_two_releases_scrape_and_watch_their_own_operator_job(helm: str) -> None:
+    jobs = {}
+    for release, fullname in (("glmops", "glmops"), ("canary", "canary-glmops")):
+        objects = _objects(helm, *MONITORING_ON, release=release)
+        job, down = _operator_job(objects, fullname)
+        assert down == f'absent(up{{job="{job}"}} == 1)\n'
+        vllm = objects[f"PodMonitor/{fullname}-vllm"]["spec"]["podMetricsEndpoints"][0]["relabelings"]
+        assert {"targetLabel": "job", "replacement": f"{fullname}-vllm"} in vllm
+        jobs[release] = job
+    assert jobs == {"glmops": "glmops-operator", "canary": "canary-glmops-operator"}
+
+
+def test_the_operator_job_follows_a_full_name_override(helm: str) -> None:
+    job, down = _operator_job(_objects(helm, *MONITORING_ON, "fullnameOverride=ops"), "ops")
+    assert job == "ops-operator" and 'job="ops-operator"' in down

@@ -51,6 +51,16 @@ imagePullSecrets:
 {{- end -}}
 {{- end -}}
 
+{{/* The job label of the operator's metrics: one per release, so one release's healthy operator never hides
+another's being down. The default release name, glmops, gives glmops-operator. */}}
+{{- define "glmops.operatorJob" -}}
+{{- printf "%s-operator" (include "glmops.fullname" .) -}}
+{{- end -}}
+
+{{- define "glmops.vllmJob" -}}
+{{- printf "%s-vllm" (include "glmops.fullname" .) -}}
+{{- end -}}
+
 {{- define "glmops.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "glmops.fullname" .) .Values.serviceAccount.name -}}
