@@ -71,9 +71,53 @@ def test_schema_lines_add_enums_and_bounds_and_stay_out_of_the_description() -> 
         ("# -- L.\n# @schema {enum: [A]}\nlevel: B\n", "level: default 'B' is not in its @schema enum"),
         ("# -- N.\n# @schema {minimum: 2}\nn: 1\n", "n: default 1 is below its @schema minimum 2"),
         ("# -- N.\n# @schema {minimum: 0, maximum: 2}\nn: 3\n", "n: default 3 is above its @schema maximum 2"),
-        ("# -- N.\n# @schema {minimun: 2}\nn: 3\n", "expected a mapping of enum, maximum, minimum, pattern"),
+        (
+            "# -- N.\n# @schema {minimun: 2}\nn: 3\n",
+            "expected a mapping of additionalProperties, enum, items, maximum, minimum, pattern, type",
+        ),
     ],
 )
 def test_a_schema_line_that_refuses_its_own_default_or_is_misspelt_stops_generation(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        values_schema(text)
+
+
+TYPED = """\
+# -- A quantity.
+# @schema {type: [string, number], pattern: "^[0-9]+m?$"}
+cpu: 100m
+# -- Shared with a parent.
+# @schema {additionalProperties: true}
+global:
+  # -- Pull secrets.
+  # @schema {items: {type: object, required: [name]}}
+  pullSecrets: []
+# -- Labels.
+# @schema {additionalProperties: {type: string}}
+labels: {}
+"""
+
+
+def test_schema_lines_may_widen_the_type_describe_list_entries_and_free_keys() -> None:
+    props = values_schema(TYPED)["properties"]
+    assert props["cpu"]["type"] == ["string", "number"] and props["cpu"]["pattern"] == "^[0-9]+m?$"
+    assert props["global"]["additionalProperties"] is True, "a documented map stays open when told to"
+    assert props["global"]["properties"]["pullSecrets"]["items"] == {"type": "object", "required": ["name"]}
+    assert props["labels"]["additionalProperties"] == {"type": "string"}
+
+
+def test_values_table_shows_a_widened_type() -> None:
+    assert '| `cpu` | string or number | `"100m"` | A quantity. |' in values_table(TYPED)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("# -- C.\n# @schema {type: [integer, string]}\nc: 0.5\n", "c: default 0.5 is not of its @schema type"),
+        ("# -- C.\n# @schema {type: [str]}\nc: x\n", r"c: @schema type \['str'\] is not a JSON-schema type"),
+        ("# -- C.\n# @schema {type: string, pattern: '^[0-9]+$'}\nc: x\n", "c: default 'x' does not match"),
+    ],
+)
+def test_a_widened_type_or_pattern_that_refuses_its_own_default_stops_generation(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         values_schema(text)

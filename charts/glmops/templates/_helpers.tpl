@@ -1,13 +1,22 @@
+{{- define "glmops.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "glmops.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "glmops.labels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "glmops.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -15,8 +24,41 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "glmops.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "glmops.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* The operator image: repository@digest when a digest is set (the tag is then ignored), else repository:tag. */}}
+{{- define "glmops.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%v" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* imagePullSecrets of a pod spec: global.imagePullSecrets, then the chart's own, each name once. */}}
+{{- define "glmops.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- range concat (((.Values.global).imagePullSecrets) | default list) (.Values.imagePullSecrets | default list) -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- with ($names | uniq) }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . | quote }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/* The job label of the operator's metrics: one per release, so one release's healthy operator never hides
+another's being down. The default release name, glmops, gives glmops-operator. */}}
+{{- define "glmops.operatorJob" -}}
+{{- printf "%s-operator" (include "glmops.fullname" .) -}}
+{{- end -}}
+
+{{- define "glmops.vllmJob" -}}
+{{- printf "%s-vllm" (include "glmops.fullname" .) -}}
 {{- end -}}
 
 {{- define "glmops.serviceAccountName" -}}

@@ -22,9 +22,14 @@ import yaml
 RULES_FILE = "charts/glmops/files/alerts.yaml"
 RULE_TEMPLATE = "charts/glmops/templates/prometheusrule.yaml"
 DEFAULT_RUNBOOK_BASE = "https://github.com/glmops/glmops/blob/main/docs/alerts.md"
-# Job labels the chart's ServiceMonitor and PodMonitor set, so rules do not depend on the release name.
+# Job labels the chart's ServiceMonitor and PodMonitor set for a release named glmops: `<fullname>-operator` and
+# `<fullname>-vllm` in general, one per release, so one release's healthy operator never hides another's being down.
+# The plain rules file names these; the chart's PrometheusRule its release's own.
 OPERATOR_JOB = "glmops-operator"
 VLLM_JOB = "glmops-vllm"
+# Placeholders the chart fills from the release rather than from monitoring.prometheusRule.alerts: each with the
+# plain rules file's value and the Helm variable the PrometheusRule template defines for it.
+CHART_PARAMS = {"operatorJob": (OPERATOR_JOB, "$operatorJob")}
 # Keys of an alert's values that are not expression parameters.
 _FIXED_KEYS = ("enabled", "severity", "for")
 PER_MODEL = "namespace, glmdeployment, model_name"
@@ -45,7 +50,8 @@ class Alert:
 
     @property
     def params(self) -> tuple[str, ...]:
-        return tuple(Template(self.expr).get_identifiers())
+        """The expression's parameters that values.yaml configures (not the chart's CHART_PARAMS)."""
+        return tuple(p for p in Template(self.expr).get_identifiers() if p not in CHART_PARAMS)
 
 
 def _ratio(numerator: str, denominator: str, by: str = PER_MODEL) -> str:
@@ -124,10 +130,10 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         name="GLMOpsOperatorDown",
         group="glmops.operator",
-        expr=f'absent(up{{job="{OPERATOR_JOB}"}} == 1)\n',
+        expr='absent(up{job="${operatorJob}"} == 1)\n',
         summary="No glmops operator is being scraped successfully.",
         description=(
-            f'Prometheus has no healthy target of job "{OPERATOR_JOB}". Without the operator no new serving pod '
+            'Prometheus has no healthy target of job "${operatorJob}". Without the operator no new serving pod '
             "becomes Ready (their readiness gate is never set), Ready pods are no longer re-checked and "
             "GLMDeployments are neither admitted nor reconciled."
         ),
@@ -203,7 +209,7 @@ def rule_groups(values_text: str, runbook_base: str = DEFAULT_RUNBOOK_BASE) -> l
             cfg = configured[alert.name]
             if not cfg["enabled"]:
                 continue
-            params = {p: _number(cfg[p]) for p in alert.params}
+            params = {p: _number(cfg[p]) for p in alert.params} | {k: plain for k, (plain, _) in CHART_PARAMS.items()}
             runbook = f"{runbook_base.rstrip('/')}#{alert.anchor}"
             rules.append(_rule(alert, params, runbook, str(cfg["severity"]), str(cfg["for"])))
         if rules:
@@ -226,16 +232,31 @@ def render_rules_file(values_text: str) -> str:
 
 _SENTINEL = "glmopsparam{}end"
 _SENTINEL_RE = re.compile(r"glmopsparam(\w+?)end")
+_CHART_SENTINEL = "glmopschart{}end"
 _RUNBOOK_SENTINEL = "glmopsrunbookend"
+# monitoring.prometheusRule.additionalRuleLabels / additionalRuleAnnotations (kube-prometheus-stack's names) on every
+# rule, as strings (Prometheus labels are), never replacing what the rule sets itself.
+_EXTRA = (
+    "    {{{{- range $key, $value := omit $rule.{values} {keep} }}}}\n"
+    "    {{{{ $key }}}}: {{{{ $value | toString | quote }}}}\n"
+    "    {{{{- end }}}}\n"
+)
 
 
 def _helm_rule(alert: Alert) -> str:
     """One rule as Helm template text, evaluated inside `with $alerts.<name>` (so `.param` is the value)."""
-    params = {p: _SENTINEL.format(p) for p in alert.params}
+    params = {p: _SENTINEL.format(p) for p in alert.params} | {p: _CHART_SENTINEL.format(p) for p in CHART_PARAMS}
     rule = _rule(alert, params, _RUNBOOK_SENTINEL, _SENTINEL.format("severity"), _SENTINEL.format("for"))
     text = _dump([rule])
     text = text.replace("{{", '{{ "{{" }}')  # Prometheus' own templates pass through Helm verbatim
     text = _SENTINEL_RE.sub(lambda m: "{{ ." + m[1] + " }}", text)
+    for name, (_, variable) in CHART_PARAMS.items():
+        text = text.replace(_CHART_SENTINEL.format(name), "{{ " + variable + " }}")
+    severity = "    severity: {{ .severity }}\n"
+    runbook = f"    runbook_url: {_RUNBOOK_SENTINEL}\n"
+    text = text.replace(severity, severity + _EXTRA.format(values="additionalRuleLabels", keep='"severity"'))
+    keep = " ".join(f'"{k}"' for k in rule["annotations"])
+    text = text.replace(runbook, runbook + _EXTRA.format(values="additionalRuleAnnotations", keep=keep))
     text = text.replace(_RUNBOOK_SENTINEL, '{{ printf "%s#%s" $runbook "' + alert.anchor + '" }}')
     return "".join(f"        {line}\n" for line in text.splitlines())
 
@@ -247,6 +268,7 @@ def render_prometheus_rule_template() -> str:
         "{{- $rule := .Values.monitoring.prometheusRule }}",
         "{{- $alerts := $rule.alerts }}",
         '{{- $runbook := trimSuffix "/" $rule.runbookBaseUrl }}',
+        '{{- $operatorJob := include "glmops.operatorJob" . }}',
         "apiVersion: monitoring.coreos.com/v1",
         "kind: PrometheusRule",
         "metadata:",

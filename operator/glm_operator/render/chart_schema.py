@@ -2,15 +2,20 @@
 
 A `# -- text` comment right above a key documents it (continued by further `#` lines). Types come
 from the default values; a `# @schema {enum: [...], minimum: N}` line in that comment adds JSON-schema
-keywords (enum, minimum, maximum, pattern), checked against the default. A mapping whose every key is
-documented is closed (`additionalProperties: false`), so a typo in a documented section fails
-`helm install` instead of being silently ignored.
+keywords (enum, minimum, maximum, pattern), checked against the default. It may also replace what the
+default implies: `type` (e.g. `[string, number]` for a Kubernetes quantity, which `--set` turns into a number
+when it has no unit; `pattern` then applies to the strings only), `items` (the schema of a list's entries,
+for a list that is empty by default) and `additionalProperties` (the schema of a mapping's free keys, or
+`true` to keep a documented mapping open, as `global`, which a parent chart fills). A mapping whose every
+key is documented is otherwise closed (`additionalProperties: false`), so a typo in a documented section
+fails `helm install` instead of being silently ignored.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -19,7 +24,17 @@ _KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_.-]+):")
 
 
 _ANNOTATION = "# @schema"
-_KEYWORDS = frozenset({"enum", "minimum", "maximum", "pattern"})
+_KEYWORDS = frozenset({"enum", "minimum", "maximum", "pattern", "type", "items", "additionalProperties"})
+# JSON-schema type names and the Python values of a YAML default each admits (bool is not a number in JSON).
+_TYPES: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "null": lambda v: v is None,
+}
 
 
 def value_descriptions(text: str) -> dict[tuple[str, ...], str]:
@@ -112,11 +127,21 @@ def _schema(
 def _check_default(path: tuple[str, ...], value: Any, extra: dict[str, Any]) -> None:
     """A default its own schema refuses would make every install fail: refuse it at generation instead."""
     where = ".".join(path)
+    types = extra.get("type")
+    if types is not None:
+        names = [types] if isinstance(types, str) else list(types)
+        unknown = [t for t in names if t not in _TYPES]
+        if unknown:
+            raise ValueError(f"values.yaml {where}: @schema type {unknown} is not a JSON-schema type")
+        if not any(_TYPES[t](value) for t in names):
+            raise ValueError(f"values.yaml {where}: default {value!r} is not of its @schema type {types}")
+    if isinstance(value, str) and "pattern" in extra and not re.search(extra["pattern"], value):
+        raise ValueError(f"values.yaml {where}: default {value!r} does not match its @schema pattern")
     if "enum" in extra and value not in extra["enum"]:
         raise ValueError(f"values.yaml {where}: default {value!r} is not in its @schema enum {extra['enum']}")
-    if "minimum" in extra and value < extra["minimum"]:
+    if "minimum" in extra and _TYPES["number"](value) and value < extra["minimum"]:
         raise ValueError(f"values.yaml {where}: default {value!r} is below its @schema minimum {extra['minimum']}")
-    if "maximum" in extra and value > extra["maximum"]:
+    if "maximum" in extra and _TYPES["number"](value) and value > extra["maximum"]:
         raise ValueError(f"values.yaml {where}: default {value!r} is above its @schema maximum {extra['maximum']}")
 
 
@@ -138,12 +163,14 @@ def render_values_schema(values_text: str) -> str:
 def values_table(values_text: str) -> str:
     """A Markdown table of every documented value, for the chart README."""
     values = yaml.safe_load(values_text) or {}
+    docs, extras = _documented(values_text)
     rows = ["| Key | Type | Default | Description |", "|---|---|---|---|"]
-    for path, text in value_descriptions(values_text).items():
+    for path, text in docs.items():
         node: Any = values
         for key in path:
             node = node[key]
-        kind = _schema(node, (), {}).get("type", "")
+        kind = extras.get(path, {}).get("type") or _schema(node, (), {}).get("type", "")
+        kind = kind if isinstance(kind, str) else " or ".join(kind)
         default = json.dumps(node) if not isinstance(node, dict) or not node else "see values.yaml"
         rows.append(f"| `{'.'.join(path)}` | {kind} | `{default}` | {text} |")
     return "\n".join(rows) + "\n"
