@@ -67,11 +67,11 @@ def api_client(kubeconfig: str | None, context: str | None) -> Any:
         )
     except (kubernetes.config.ConfigException, OSError) as err:
         if kubeconfig or context:
-            raise ClusterUnreachable(f"kubeconfig: {kubeconfig or 'default'}: {err}") from None
+            raise ClusterUnreachable(f"kubeconfig: {kubeconfig or 'default'}: cannot be loaded ({err})") from None
         try:
             kubernetes.config.load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
         except kubernetes.config.ConfigException:
-            raise ClusterUnreachable(f"kubeconfig: none found: {err}") from None
+            raise ClusterUnreachable(f"kubeconfig: none found: cannot be loaded ({err})") from None
     config.retries = 1
     return kubernetes.client.ApiClient(config)
 
@@ -108,6 +108,7 @@ class _Gatherer:
     def __init__(self, client: Any, opts: Options, catalog: AcceleratorCatalog) -> None:
         self.core = kubernetes.client.CoreV1Api(client)
         self.client = client
+        self.host = str(client.configuration.host)
         self.opts = opts
         self.catalog = catalog
         self.notes: list[str] = []
@@ -306,13 +307,13 @@ def gather(opts: Options, catalog: AcceleratorCatalog, kubeconfig: str | None, c
     try:
         version = g.version()
     except API_UNREACHABLE as err:
-        raise ClusterUnreachable(f"API server: no answer: {err}") from None
+        raise ClusterUnreachable(f"API server: {g.host}: no answer ({err})") from None
     except kubernetes.client.ApiException as err:
-        raise ClusterUnreachable(f"API server: {refusal(err)}") from None
+        raise ClusterUnreachable(f"API server: {g.host}: refused doctor ({refusal(err)})") from None
     try:
         return _gather_rest(g, version)
     except API_UNREACHABLE as err:
-        raise ClusterUnreachable(f"API server: stopped answering: {err}") from None
+        raise ClusterUnreachable(f"API server: {g.host}: stopped answering ({err})") from None
 
 
 def _gather_rest(g: _Gatherer, version: str) -> Snapshot:
