@@ -407,3 +407,13 @@ def test_the_probe_goes_to_a_namespace_the_webhook_is_asked_for(selector: Any, n
 )
 def test_a_stored_deployment_spans_as_many_nodes_as_its_gpus_need(builder: B, nodes: int) -> None:
     assert nodes_per_replica(builder.build(), CATALOG) == nodes
+
+
+def test_the_minimum_version_is_the_one_the_chart_readme_states() -> None:
+    """One minimum: the chart's prerequisites (generated from cli/generate.py) and doctor's check agree."""
+    from glm_operator.cli.generate import CHART
+    from glm_operator.doctor.checks import MIN_KUBERNETES
+    from tests.support.cluster import REPO
+
+    readme = (REPO / CHART / "README.md").read_text()
+    assert f"- Kubernetes {MIN_KUBERNETES[0]}.{MIN_KUBERNETES[1]} or later" in readme
