@@ -1,8 +1,9 @@
 """The GLMDeployment doctor sends as a server-side dry run, and where: only the operator's webhook can refuse it.
 
 The probe puts GLM-5.3 on one H200 GPU with `remediation: Reject`, which admission always refuses naming a rule
-(the weights do not fit: feasibility/memory) (`tests/unit/test_doctor_checks.py` holds it to `rules.engine.admit`). A refusal that names a rule
-proves the API server called the webhook and the webhook answered; an admission proves neither.
+(the weights do not fit: feasibility/memory; `tests/unit/test_doctor_checks.py` holds it to `rules.engine.admit`).
+A refusal that names a rule proves the API server called the webhook and the webhook answered; an admission proves
+neither.
 """
 
 from __future__ import annotations
