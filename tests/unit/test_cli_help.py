@@ -9,7 +9,7 @@ import pytest
 from glm_operator.cli.dev_commands import DEV_COMMANDS
 from glm_operator.cli.main import build_parser, main
 
-USER_COMMANDS = ["validate", "render", "canary", "version", "help"]
+USER_COMMANDS = ["validate", "render", "canary", "doctor", "version", "help"]
 
 
 def listed_commands(help_text: str) -> list[str]:

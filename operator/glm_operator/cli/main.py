@@ -17,6 +17,7 @@ from glm_operator.canary.suite import SUITES
 from glm_operator.cli.arguments import add_manifest_arguments, manifest_sources, namespace_name
 from glm_operator.cli.canary_cmd import canary
 from glm_operator.cli.dev_commands import DEV_COMMANDS, add_dev_commands
+from glm_operator.cli.doctor import add_doctor, doctor
 from glm_operator.cli.output import OBJECT_FORMATS
 from glm_operator.cli.render import render
 from glm_operator.cli.validate import REPORT_FORMATS, validate
@@ -69,6 +70,10 @@ def _cmd_canary(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    return doctor(args)
+
+
 def _cmd_version(_: argparse.Namespace) -> int:
     print(f"glmctl {__version__}")
     return 0
@@ -89,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_validate(sub)
     _add_render(sub)
     _add_canary(sub)
+    add_doctor(sub, _cmd_doctor)
     sub.add_parser("version", help="print the version").set_defaults(func=_cmd_version)
     _add_help(sub, parser)
     add_dev_commands(sub)
