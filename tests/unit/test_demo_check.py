@@ -29,10 +29,13 @@ def manifest(name: str, fault: bool = False) -> dict[str, Any]:
     return {"kind": "GLMDeployment", "metadata": {"name": name, "annotations": annotations}}
 
 
-def glmd(name: str, replicas: int = 1, ready: int = 1, passed: bool = True, repairs: int = 0) -> dict[str, Any]:
+def glmd(
+    name: str, replicas: int = 1, ready: int = 1, passed: bool = True, repairs: int = 0, failed: str = "spec-decode"
+) -> dict[str, Any]:
+    report = {"passed": passed, "failed": [] if passed else [failed], "message": "figures"}
     status = {
         "readyReplicas": ready,
-        "canary": {"pods": {f"{name}-0": {"passed": passed, "message": "ok"}}},
+        "canary": {"pods": {f"{name}-0": report}},
         "remediations": [{"rule": "dsa-pp-topk-reuse"}] * repairs,
     }
     return {"metadata": {"name": name}, "spec": {"replicas": replicas}, "status": status}
@@ -74,7 +77,8 @@ def test_a_demo_that_kept_every_promise_has_nothing_to_report() -> None:
         ({}, [glmd("x-fixed", ready=0, passed=False), *GLMDS[1:]], PODS, "x-fixed: 0 of 1 replicas serve"),
         ({}, [glmd("x-fixed", replicas=2, ready=1), *GLMDS[1:]], PODS, "x-fixed: 1 of 2 replicas serve"),
         ({}, [*GLMDS[:2], glmd("unknown", ready=1, passed=True)], PODS, "the gate let it in"),
-        ({}, [*GLMDS[:2], glmd("unknown", ready=0, passed=True)], PODS, "no failed canary verdict"),
+        ({}, [*GLMDS[:2], glmd("unknown", ready=0, passed=True)], PODS, "no canary failed on its answers"),
+        ({}, [*GLMDS[:2], glmd("unknown", ready=0, passed=False, failed="unreachable")], PODS, "on its answers yet"),
         ({}, GLMDS[1:], PODS, "GLMDeployment x-fixed is not in the cluster"),
         ({}, GLMDS, [*PODS, pod("x-fixed-1", "Pending")], "pod x-fixed-1: Pending (0/20 nodes are available)"),
     ],
@@ -87,6 +91,7 @@ def test_a_demo_that_kept_every_promise_has_nothing_to_report() -> None:
         "one-replica-short",
         "broken-on-purpose-serves",
         "broken-on-purpose-without-verdict",
+        "broken-on-purpose-only-unreachable",
         "deployment-missing",
         "pod-pending",
     ],
