@@ -44,6 +44,19 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _free_port_pair() -> int:
+    """A free port whose successor is free too: etcd's client port, and its peer port one above it."""
+    for _ in range(100):
+        port = _free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no two adjacent free ports on 127.0.0.1 in 100 tries")
+
+
 def test_up_refuses_a_port_in_use_and_names_it(cluster: Cluster, tmp_path: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -54,7 +67,9 @@ def test_up_refuses_a_port_in_use_and_names_it(cluster: Cluster, tmp_path: Path)
             GLMOPS_CLUSTER="portclash",
             GLMOPS_APISERVER_PORT=str(port),
             # The other ports free now: fixed ones may belong to another cluster here (a benchmark's, say).
-            **{f"GLMOPS_{name}_PORT": str(_free_port()) for name in ("ETCD", "KCM", "SCHEDULER", "KWOK")},
+            # up.sh checks etcd's peer port (its client port + 1) too: a random neighbour in use named another port.
+            GLMOPS_ETCD_PORT=str(_free_port_pair()),
+            **{f"GLMOPS_{name}_PORT": str(_free_port()) for name in ("KCM", "SCHEDULER", "KWOK")},
         )
         proc = _run("up.sh", env)
     assert proc.returncode != 0
