@@ -11,6 +11,7 @@ help:
 	@echo "make test    static checks and every test suite against the real local control plane"
 	@echo "make down    stop the demo operator and the demo control plane"
 	@echo "make generate  regenerate committed files (CRDs, chart schema and README)"
+	@echo "make release   build every artifact of this version into dist/release/<version> (docs/releasing.md)"
 	@echo "make realvllm-pod-test  the operator with the CPU vLLM image in a real pod (not in make test: minutes)"
 
 .PHONY: system-deps
@@ -68,7 +69,7 @@ images: system-deps
 
 .PHONY: images-test
 images-test: venv images
-	@.venv/bin/pytest -p no:cacheprovider tests/images/test_operator_image.py $(IMAGES_PYTEST_ARGS)
+	@.venv/bin/pytest -p no:cacheprovider tests/images/test_operator_image.py tests/images/test_release.py $(IMAGES_PYTEST_ARGS)
 
 # The CPU variant of the patched vLLM image, from the environment hack/vllm-cpu-env.sh installed (6.7 GB).
 .PHONY: vllm-cpu-image
@@ -109,6 +110,12 @@ realvllm-test: venv tools vllm-cpu-env
 .PHONY: realvllm-pod-test
 realvllm-pod-test: venv tools node-deps vllm-cpu-image
 	@GLMOPS_REALVLLM_POD=1 .venv/bin/pytest -p no:cacheprovider -s tests/e2e/test_real_vllm_pod.py $(REALVLLM_POD_PYTEST_ARGS)
+
+# Every artifact of this version (chart, operator image, wheels, bake file, CRDs) with checksums and its changelog
+# entry, into dist/release/<version>/; docs/releasing.md says how to publish them.
+.PHONY: release
+release: venv tools
+	@hack/release.sh
 
 .PHONY: demo
 demo: venv tools

@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from glm_operator import __version__
 from glm_operator.api.crd import render_crd_yaml, render_image_crd_yaml
 from glm_operator.catalog.images import load_images
 from glm_operator.render.alerts import RULE_TEMPLATE, RULES_FILE, render_prometheus_rule_template, render_rules_file
@@ -30,20 +31,20 @@ repair a GLMDeployment hitting a known vLLM issue. This file is generated from t
 
 ## Install
 
-From the chart repository:
+From a checkout, from the chart package of a release (`make release` builds `glmops-<version>.tgz`), or from the
+OCI registry a release is pushed to (docs/releasing.md: `helm push` to `oci://<registry>/charts`; the project's
+releases go to `oci://ghcr.io/glmops/charts`):
 
 ```sh
-helm repo add glmops https://glmops.github.io/glmops
-helm install glmops glmops/glmops --namespace glmops-system --create-namespace
-```
-
-From the OCI registry, or from a checkout:
-
-```sh
-helm install glmops oci://ghcr.io/glmops/charts/glmops --version 0.1.0 --namespace glmops-system --create-namespace
 helm install glmops charts/glmops --namespace glmops-system --create-namespace
+helm install glmops dist/release/@VERSION@/glmops-@VERSION@.tgz --namespace glmops-system --create-namespace
+helm install glmops oci://ghcr.io/glmops/charts/glmops --version @VERSION@ --namespace glmops-system --create-namespace
 helm test glmops --namespace glmops-system   # the validating webhook refuses a broken GLMDeployment
 ```
+
+The operator image is `image.repository:<appVersion>`; a release pushes it there (`ghcr.io/glmops/operator` for the
+project's releases). From a private registry, push the release's image archive to it and set `image.repository`
+(or `image.digest`) and `imagePullSecrets`.
 
 Each release owns its own MutatingWebhookConfiguration and ValidatingWebhookConfiguration, named
 `<release fullname>-<namespace>`; the operator never creates or deletes them, and only fills their `caBundle` when
@@ -55,9 +56,9 @@ Helm installs the CRDs in `crds/` once and never upgrades them. Apply the CRDs o
 upgrade the release:
 
 ```sh
-helm pull glmops/glmops --version <new> --untar --untardir /tmp/glmops-chart
+helm pull oci://ghcr.io/glmops/charts/glmops --version <new> --untar --untardir /tmp/glmops-chart
 kubectl apply --server-side --force-conflicts -f /tmp/glmops-chart/glmops/crds/
-helm upgrade glmops glmops/glmops --version <new> --namespace glmops-system --reuse-values
+helm upgrade glmops oci://ghcr.io/glmops/charts/glmops --version <new> --namespace glmops-system --reuse-values
 ```
 
 The generated webhook certificate (Secret `<fullname>-webhook-cert`) is kept across upgrades. Replicas roll one at a
@@ -93,6 +94,11 @@ def _patches_md(root: Path) -> str:
     return render_registry_md() + render_proof_md(results, [w for w in wheels if w], partial)
 
 
+def _chart_readme_head() -> str:
+    """The README's fixed part, naming this version's chart package and OCI tag."""
+    return _CHART_README_HEAD.replace("@VERSION@", __version__)
+
+
 def _values(root: Path) -> str:
     return (root / CHART / "values.yaml").read_text()
 
@@ -103,7 +109,7 @@ GENERATED: dict[Path, Callable[[Path], str]] = {
     Path("crds/glmops.dev_glmimages.yaml"): lambda _root: render_image_crd_yaml(),
     CHART / "crds/glmops.dev_glmimages.yaml": lambda _root: render_image_crd_yaml(),
     CHART / "values.schema.json": lambda root: render_values_schema(_values(root)),
-    CHART / "README.md": lambda root: _CHART_README_HEAD + values_table(_values(root)),
+    CHART / "README.md": lambda root: _chart_readme_head() + values_table(_values(root)),
     Path(RULES_FILE): lambda root: render_rules_file(_values(root)),
     Path(RULE_TEMPLATE): lambda _root: render_prometheus_rule_template(),
     Path("docs/rules.md"): lambda _root: render_rules_md(),

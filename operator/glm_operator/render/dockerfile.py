@@ -17,8 +17,9 @@ from glm_operator.catalog.images import ImageCatalog, Platform, load_images
 PLATFORMS: tuple[Platform, ...] = ("cuda", "rocm")
 
 PLUGIN_DIST = "glmops-vllm-patches"
-# Must equal images/vllm-patches/pyproject.toml's version (a unit test compares them).
-PLUGIN_VERSION = "1.0.0"
+# One version for every artifact of a release (docs/releasing.md): the plugin's is the operator's, and
+# images/vllm-patches/pyproject.toml must say so (a unit test compares them).
+PLUGIN_VERSION = __version__
 PLUGIN_WHEEL = f"glmops_vllm_patches-{PLUGIN_VERSION}-py3-none-any.whl"
 # Where the operator image ships the wheel, for the build contexts it assembles in the cluster.
 PLUGIN_DIR_IN_OPERATOR = "/usr/share/glmops/plugin"
