@@ -27,6 +27,16 @@ source cluster/lib.sh
 py=.venv/bin/python
 die() { echo "release: $*" >&2; exit 1; }
 
+# Every step packages files git would track, untracked ones included (the image's context, setuptools' package
+# search, helm package), so an untracked file counts as a change: a release holds exactly its commit.
+commit=$(git rev-parse HEAD)
+dirty=false
+changes=$(git status --porcelain)
+if [[ -n "$changes" ]]; then
+  [[ "${GLMOPS_RELEASE_ALLOW_DIRTY:-}" == 1 ]] || die "the tree differs from commit $commit (uncommitted or untracked files: $(head -c 300 <<<"$changes" | tr '\n' ' ')); commit or remove them (a release is built from a commit), or set GLMOPS_RELEASE_ALLOW_DIRTY=1 for a build never to publish"
+  dirty=true
+fi
+
 version=$("$py" -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
 "$py" - "$version" <<'PY' || die "versions disagree (see above): set them all to pyproject.toml's, then run again"
 import sys, tomllib, yaml
@@ -42,12 +52,6 @@ for where, v in wrong.items():
 sys.exit(1 if wrong else 0)
 PY
 
-commit=$(git rev-parse HEAD)
-dirty=false
-if [[ -n "$(git status --porcelain --untracked-files=no)" ]]; then
-  [[ "${GLMOPS_RELEASE_ALLOW_DIRTY:-}" == 1 ]] || die "the tree has uncommitted changes; commit them (a release is built from a commit), or set GLMOPS_RELEASE_ALLOW_DIRTY=1 for a build never to publish"
-  dirty=true
-fi
 
 changelog="${GLMOPS_CHANGELOG:-CHANGELOG.md}"
 entry=$(awk -v v="$version" '$0 ~ "^## " v "( |$)" {on=1; print; next} on && /^## / {exit} on {print}' "$changelog" 2>/dev/null || true)
@@ -70,8 +74,11 @@ rm -rf "$out"; mkdir -p "$out"
 echo "$entry" > "$out/CHANGELOG.md"
 
 "$(bin_dir)/helm" package charts/glmops --version "$version" --app-version "$version" --destination "$out" >/dev/null
+# setuptools builds through build/lib and never removes what left the sources: start both builds from nothing.
+rm -rf build images/vllm-patches/build
 "$py" -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir "$out" . images/vllm-patches >/dev/null 2>&1 ||
   "$py" -m pip wheel --quiet --no-deps --wheel-dir "$out" . images/vllm-patches
+rm -rf build images/vllm-patches/build
 images=$(hack/build-images.sh)
 image=$(sed -n 's/^image=//p' <<<"$images")
 cp "$(sed -n 's/^archive=//p' <<<"$images")" "$out/glmops-operator-$version.tar"

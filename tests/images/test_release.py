@@ -104,3 +104,28 @@ def test_a_version_without_a_changelog_entry_gets_a_draft_and_no_release(tmp_pat
     text = changelog.read_text()
     assert text.startswith(f"# Changelog\n\n## {VERSION}\n\n- ") and text.rstrip().endswith("- an old entry")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["untracked", "modified"],
+    ids=["an-untracked-file-the-wheel-would-pick-up", "a-modified-tracked-file"],
+)
+def test_a_tree_that_differs_from_its_commit_is_refused_and_nothing_is_built(tmp_path: Path, change: str) -> None:
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", "--shared", str(REPO), str(clone)], check=True, timeout=120)
+    if change == "untracked":
+        (clone / "operator" / "glm_operator" / "extra.py").write_text("X = 1\n")
+    else:
+        with (clone / "README.md").open("a") as readme:
+            readme.write("\nedited\n")
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "GLMOPS_RELEASE_ALLOW_DIRTY"}
+    proc = subprocess.run(
+        [str(clone / "hack/release.sh")], cwd=clone, env={**env, "GLMOPS_RELEASE_DIR": str(out)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "the tree differs from commit" in proc.stderr
+    assert ("extra.py" if change == "untracked" else "README.md") in proc.stderr
+    assert not out.exists()
