@@ -339,6 +339,9 @@ def test_one_replica_gets_no_budget_and_two_get_one_pod_at_a_time(helm: str) -> 
         ("podDisruptionBudget.maxUnavailable=2", {"maxUnavailable": 2}),
         ("podDisruptionBudget.maxUnavailable=34%", {"maxUnavailable": "34%"}),
         ("podDisruptionBudget.minAvailable=0", {"minAvailable": 0}),
+        # --set KEY=null removes the key: the default bound, never the text "<nil>".
+        ("podDisruptionBudget.minAvailable=null", {"maxUnavailable": 1}),
+        ("podDisruptionBudget.maxUnavailable=null", {"maxUnavailable": 1}),
     ],
 )
 def test_the_budget_takes_min_available_or_max_unavailable(helm: str, value: str, expected: dict[str, Any]) -> None:
