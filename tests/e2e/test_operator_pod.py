@@ -212,6 +212,24 @@ def test_the_api_server_reaches_the_webhooks_through_the_service_and_the_operato
     assert int(node["status"]["capacity"].get("nvidia.com/gpu", 0)) >= 8
 
 
+def test_glmctl_doctor_after_install_finds_the_webhooks_answering_and_the_operators_permissions_granted(
+    release: Release,
+) -> None:
+    """docs/doctor.md's after-install checks against the release as Helm installed it, on the real node."""
+    proc = subprocess.run(
+        [str(REPO / ".venv/bin/glmctl"), "doctor", "--kubeconfig", release.node.kubectl.kubeconfig,
+         "-n", OPS, "--release", RELEASE, "-o", "json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    report = json.loads(proc.stdout or "{}")
+    found = {(f["check"], f["level"], f["value"]) for f in report.get("findings", [])}
+    assert proc.returncode == 0 and report["problems"] == 0, json.dumps(report, indent=1) + proc.stderr
+    assert ("webhooks", "ok", "refused by a rule") in found, found
+    assert ("webhooks", "ok", "1 ready endpoints") in found, found
+    assert any(check == "permissions" and level == "ok" for check, level, _ in found), found
+    assert not any(check in ("release", "crds", "certificate") and level != "ok" for check, level, _ in found), found
+
+
 class AdmissionStream:
     """Dry-run creates of a valid GLMDeployment at a steady rate, straight to the API; every answer counted."""
 

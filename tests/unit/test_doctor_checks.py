@@ -188,20 +188,28 @@ SPANNING = DeploymentFact("team", "big", nodes_per_replica=2)
         (True, True, (), Level.OK),
         (False, False, (), Level.OK),
         (False, True, (), Level.PROBLEM),
-        (False, False, (SPANNING,), Level.PROBLEM),
+        (False, False, (SPANNING,), Level.WARNING),
+        (False, True, (SPANNING,), Level.PROBLEM),
         (False, False, (replace(SPANNING, nodes_per_replica=1),), Level.OK),
     ],
-    ids=["served", "not-needed", "asked-for-by-flag", "asked-for-by-a-spanning-deployment", "single-node-deployment"],
+    ids=[
+        "served",
+        "not-needed",
+        "asked-for-by-flag",
+        "a-spanning-deployment-runs-on-the-fallback",
+        "flag-and-spanning-deployment",
+        "single-node-deployment",
+    ],
 )
-def test_leaderworkerset_is_a_problem_only_when_multi_node_is_asked_for_and_it_is_not_served(
+def test_leaderworkerset_is_a_problem_when_asked_for_and_a_warning_when_a_deployment_runs_without_it(
     served: bool, multi_node: bool, deployments: tuple[DeploymentFact, ...], level: Level
 ) -> None:
     snap = Snapshot("v1.36.3", crds=crds(LWS_CRD) if served else {}, deployments=deployments)
     (finding,) = check_leaderworkerset(snap, Options(multi_node=multi_node))
     assert finding.level is level
-    if level is Level.PROBLEM:
+    if level is not Level.OK:
         assert "kubernetes-sigs/lws" in finding.fix
-        assert ("team/big" in finding.value) is bool(deployments)
+        assert ("team/big" in finding.value) is (bool(deployments) and not multi_node)
 
 
 def test_a_leaderworkerset_crd_not_yet_established_is_not_served() -> None:

@@ -83,10 +83,12 @@ def check_leaderworkerset(snap: Snapshot, opts: Options) -> list[Finding]:
     if not wanted:
         detail = "not served; only multi-node GLMDeployments need it (pass --multi-node to require it)"
         return [Finding("leaderworkerset", Level.OK, "LeaderWorkerSet API", "not served", detail)]
+    # Asked for with --multi-node, it is a problem; a spanning GLMDeployment already runs on the StatefulSet fallback,
+    # so its absence there is a warning: the replicas work, without LWS's group restarts and gang scheduling.
     return [
         Finding(
             "leaderworkerset",
-            Level.PROBLEM,
+            Level.PROBLEM if opts.multi_node else Level.WARNING,
             "LeaderWorkerSet API (leaderworkerset.x-k8s.io)",
             f"not served, needed by {why}",
             "replicas spanning nodes need it (a chart prerequisite); without it they fall back to one indexed "

@@ -178,11 +178,13 @@ class _Gatherer:
 
     def release(self) -> tuple[ReleaseFact | None, list[dict[str, Any]]]:
         """The deployed revision of the release, from Helm's release Secrets (the newest one deployed)."""
-        selector = f"owner=helm,name={self.opts.release}"
-        records = list(_items(self.core.list_namespaced_secret, 64, self.opts.namespace, label_selector=selector))
-        deployed = [r for r in records if (r["metadata"].get("labels") or {}).get("status") == "deployed"]
+        # Selected by status too: with many revisions kept, the deployed one need not be among the first listed.
+        selector = f"owner=helm,name={self.opts.release},status=deployed"
+        deployed = list(_items(self.core.list_namespaced_secret, 64, self.opts.namespace, label_selector=selector))
         if not deployed:
-            if records:
+            others = f"owner=helm,name={self.opts.release}"
+            revisions = _items(self.core.list_namespaced_secret, 1, self.opts.namespace, label_selector=others)
+            if next(iter(revisions), None) is not None:
                 self.notes.append(
                     f"release {self.opts.release}: no deployed revision (helm status {self.opts.release})"
                 )
@@ -314,6 +316,9 @@ def gather(opts: Options, catalog: AcceleratorCatalog, kubeconfig: str | None, c
         return _gather_rest(g, version)
     except API_UNREACHABLE as err:
         raise ClusterUnreachable(f"API server: {g.host}: stopped answering ({err})") from None
+    except kubernetes.client.ApiException as err:
+        # A 429, a 500, an expired continue token: the cluster could not be asked, which is exit 2, not a finding.
+        raise ClusterUnreachable(f"API server: {g.host}: failed a request ({refusal(err)})") from None
 
 
 def _gather_rest(g: _Gatherer, version: str) -> Snapshot:
