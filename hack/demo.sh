@@ -67,6 +67,12 @@ want_nodes=$("$root/.venv/bin/glmctl" fleet --shape demo | grep -c '^kind: Node'
 wait_for "$want_nodes demo fleet nodes Ready" 90 nodes_ready "$want_nodes"
 # What the samples ask a platform team to provide: a pull Secret, a ServiceAccount, a PriorityClass, a volume.
 kc apply -n "$ns" -f "$root/hack/demo/prerequisites.yaml" -f "$root/hack/demo/model-cache-volume.yaml" >/dev/null
+# A claim deleted since the last run (the namespace or the cached sample removed) leaves the volume Released, bound
+# to the old claim's uid; forget that uid so the claim made now binds, as an administrator re-using a volume does.
+if [[ "$(kc get pv glmops-demo-model-cache -o jsonpath='{.status.phase}')" == Released ]]; then
+  kc patch pv glmops-demo-model-cache --type json \
+    -p '[{"op": "remove", "path": "/spec/claimRef/uid"}, {"op": "remove", "path": "/spec/claimRef/resourceVersion"}]' >/dev/null
+fi
 
 echo
 echo "== Applying samples to namespace $ns"

@@ -2,8 +2,9 @@
 
 Checks what kube-scheduler's filters check for the objects glmops renders: node selectors, required node affinity,
 taints against tolerations (NoSchedule and NoExecute), and requests against what is left of each node's
-allocatable. Pods are placed first-fit in the order given, so a True answer is a placement the real scheduler can
-also find; `make demo` then holds it to the real scheduler (no sample pod may stay Pending there).
+allocatable. Pod (anti-)affinity and topology spreading are not modelled (the samples ask for them only as
+preferences). Pods are placed first-fit in the order given: a placement exists, which is not the one kube-scheduler
+picks; `make demo` holds the fleet to the real scheduler (no pod of the demo may stay Pending there).
 """
 
 from __future__ import annotations
