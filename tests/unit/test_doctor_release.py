@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,7 +54,10 @@ DEPLOYMENT = {
             "spec": {
                 "serviceAccountName": "glmops",
                 "containers": [
-                    {"name": "operator", "env": [{"name": "GLMOPS_WEBHOOK_SECRET", "value": "glmops-webhook-cert"}]}
+                    {
+                        "name": "operator",
+                        "env": [{"name": "GLMOPS_WEBHOOK_SECRET", "value": "glmops-system/glmops-webhook-cert"}],
+                    }
                 ],
             }
         }
@@ -119,3 +124,14 @@ def test_permissions_are_those_the_release_binds_to_its_service_account_where_bo
 
 def test_roles_bound_to_another_account_grant_it_nothing() -> None:
     assert granted_permissions(OBJECTS, "someone-else", NS) == []
+
+
+def test_the_release_the_chart_renders_names_its_certificate_secret_and_service_account(helm: str) -> None:
+    """The chart's own Deployment, not a hand-written one: how the chart spells GLMOPS_WEBHOOK_SECRET is what counts."""
+    chart = Path(__file__).resolve().parents[2] / "charts" / "glmops"
+    rendered = subprocess.run(
+        [helm, "template", "prod", str(chart), "--namespace", "ops"], capture_output=True, text=True, check=True
+    ).stdout
+    objects = [o for o in yaml.safe_load_all(rendered) if o]
+    fact = release_fact({"name": "prod", "namespace": "ops", "version": 1}, objects)
+    assert (fact.certificate_secret, fact.service_account) == ("prod-glmops-webhook-cert", "prod-glmops")

@@ -84,7 +84,8 @@ def release_fact(release: Mapping[str, Any], objects: list[dict[str, Any]]) -> R
     pod = _operator_pod(objects)
     kinds = frozenset(str(o["kind"]) for o in objects)
     webhook_configs = tuple((str(o["kind"]), str(o["metadata"]["name"])) for o in objects if o["kind"] in WEBHOOK_KINDS)
-    secret = _env(pod, SECRET_ENV) if webhook_configs else None
+    # The chart sets it as <namespace>/<name> (k8s/webhook_certs.py reads it so); the Secret is the release's.
+    secret = (_env(pod, SECRET_ENV) or "").rpartition("/")[2] if webhook_configs else None
     chart = (release.get("chart") or {}).get("metadata") or {}
     return ReleaseFact(
         name=str(release.get("name", "")),
