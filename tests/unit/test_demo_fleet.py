@@ -8,15 +8,10 @@ from typing import Any
 import pytest
 import yaml
 
-from glm_operator.api import GLMDeployment
 from glm_operator.catalog import load_accelerators
 from glm_operator.catalog.bundle import Catalogs
-from glm_operator.planner.storage import storage_plan
+from glm_operator.cli.render import render_one
 from glm_operator.render.fleet import DEMO_FLEET, TEST_FLEET, FleetShape, default_fleet
-from glm_operator.render.plan import build_plan
-from glm_operator.render.storage import DownloadSettings
-from glm_operator.render.workloads import render_objects
-from glm_operator.rules.engine import admit
 from tests.support.fit import Placement, place, pods_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,18 +21,12 @@ DEMO_MANIFESTS = [*sorted((ROOT / "samples").glob("*.yaml")), ROOT / "hack/demo/
 
 
 def admitted_objects(path: Path, catalogs: Catalogs) -> list[dict[str, Any]]:
-    """The objects the operator applies for a manifest admission lets in (none for one it refuses)."""
+    """The objects the operator applies for a manifest admission lets in (none for one it refuses), as glmctl renders
+    them; the demo's cluster serves no LeaderWorkerSet API, so replicas spanning nodes are indexed StatefulSets."""
     doc = yaml.safe_load(path.read_text())
     doc["metadata"]["namespace"] = DEMO_NAMESPACE
-    admission = admit(doc, catalogs)
-    if not admission.allowed:
-        return []
-    glmd = GLMDeployment.model_validate(admission.patched)
-    plan = build_plan(glmd, catalogs)
-    owner = {"apiVersion": glmd.api_version, "kind": glmd.kind, "name": plan.name, "uid": "uid"}
-    storage = storage_plan(plan, glmd, owner, (), DownloadSettings()).objects
-    # The demo's cluster serves no LeaderWorkerSet API: replicas spanning nodes are indexed StatefulSets.
-    return [*storage, *render_objects(plan, glmd, owner, lws_available=False)]
+    objects = render_one(doc, catalogs, lws=False)
+    return [] if isinstance(objects, str) else objects
 
 
 def place_demo(shape: FleetShape) -> Placement:

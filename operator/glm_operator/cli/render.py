@@ -44,7 +44,7 @@ def render(
         return EXIT_BAD_INPUT
     rendered: list[dict[str, Any]] = []
     for where, doc in docs:
-        objects = _render_one(doc, catalogs, lws)
+        objects = render_one(doc, catalogs, lws)
         if isinstance(objects, str):
             print(f"{where}: refused by admission:\n{objects}", file=sys.stderr)
             return EXIT_REFUSED
@@ -71,7 +71,7 @@ def place_in_namespace(where: str, doc: dict[str, Any], namespace: str | None) -
     )
 
 
-def _render_one(doc: dict[str, Any], catalogs: Catalogs, lws: bool) -> list[dict[str, Any]] | str:
+def render_one(doc: dict[str, Any], catalogs: Catalogs, lws: bool) -> list[dict[str, Any]] | str:
     """The objects for one admitted manifest, or admission's rejection."""
     admission = admit(doc, catalogs)
     if not admission.allowed:
