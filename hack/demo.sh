@@ -62,8 +62,9 @@ echo $! > "$simpid"
 kc create namespace "$ns" --dry-run=client -o yaml | kc apply -f - >/dev/null
 # Room for every sample at once (render/fleet.py DEMO_FLEET; tests/unit/test_demo_fleet.py packs them onto it),
 # applied here too so a cluster started earlier with the tests' smaller fleet grows to it.
-"$root/.venv/bin/glmctl" fleet --shape demo | kc apply -f - >/dev/null
-want_nodes=$("$root/.venv/bin/glmctl" fleet --shape demo | grep -c '^kind: Node')
+"$root/.venv/bin/glmctl" fleet --shape demo > "$state/demo-fleet.yaml"
+kc apply -f "$state/demo-fleet.yaml" >/dev/null
+want_nodes=$(grep -c '^kind: Node' "$state/demo-fleet.yaml")
 wait_for "$want_nodes demo fleet nodes Ready" 90 nodes_ready "$want_nodes"
 # What the samples ask a platform team to provide: a pull Secret, a ServiceAccount, a PriorityClass, a volume.
 kc apply -n "$ns" -f "$root/hack/demo/prerequisites.yaml" -f "$root/hack/demo/model-cache-volume.yaml" >/dev/null
