@@ -403,3 +403,27 @@ def test_two_releases_scrape_and_watch_their_own_operator_job(helm: str) -> None
 def test_the_operator_job_follows_a_full_name_override(helm: str) -> None:
     job, down = _operator_job(_objects(helm, *MONITORING_ON, "fullnameOverride=ops"), "ops")
     assert job == "ops-operator" and 'job="ops-operator"' in down
+
+
+def _operator_env_of(objects: dict[str, dict[str, Any]]) -> dict[str, str]:
+    container = _pod(objects)["spec"]["containers"][0]
+    return {e["name"]: e.get("value", "") for e in container["env"]}
+
+
+def test_vllm_images_registry_reaches_the_operator_and_is_left_out_when_empty(helm: str) -> None:
+    env = _operator_env_of(_objects(helm, "vllmImages.registry=registry.example.com/glmops"))
+    assert env["GLMOPS_VLLM_IMAGE_REGISTRY"] == "registry.example.com/glmops"
+    assert "GLMOPS_VLLM_IMAGE_REGISTRY" not in _operator_env_of(_objects(helm))
+
+
+def test_vllm_images_registry_equal_to_the_build_registry_renders_and_a_different_one_is_refused(helm: str) -> None:
+    build = ("imageBuild.enabled=true", "imageBuild.registry=registry.example.com/glmops")
+    env = _operator_env_of(_objects(helm, *build, "vllmImages.registry=registry.example.com/glmops"))
+    assert env["GLMOPS_IMAGE_BUILD_REGISTRY"] == "registry.example.com/glmops"
+    message = _refused(helm, *build, "vllmImages.registry=registry.example.com/other")
+    assert "vllmImages.registry (registry.example.com/other) differs from imageBuild.registry" in message
+
+
+@pytest.mark.parametrize("registry", ["https://registry.example.com", "Registry.example.com/x", "a b"])
+def test_vllm_images_registry_that_is_not_a_registry_path_is_refused_by_the_schema(helm: str, registry: str) -> None:
+    assert "/vllmImages/registry" in _refused(helm, f"vllmImages.registry={registry}")

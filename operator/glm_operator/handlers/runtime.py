@@ -22,7 +22,7 @@ from glm_operator.k8s.objects import OWNED_KINDS
 from glm_operator.planner.coalesce import Coalescer
 from glm_operator.planner.observed import ObservedObjects
 from glm_operator.planner.retry import Retries
-from glm_operator.render.imagebuild import BuildSettings
+from glm_operator.render.imagebuild import BuildSettings, ImageBuildError
 from glm_operator.render.storage import DownloadSettings
 
 REGISTRATION = BuildSettings.from_env(os.environ)
@@ -50,8 +50,8 @@ class Runtime:
         catalogs = CatalogSource(
             env.get("GLMOPS_CATALOG_CONFIGMAP"),
             ttl_seconds=float(env.get("GLMOPS_CATALOG_TTL_SECONDS", "30")),
-            # With image builds on, glmops' patched images are the ones it builds into its registry.
-            patched_registry=image_build.registry if image_build.enabled else None,
+            # glmops' patched images in the cluster's registry: where it builds them, or where they were pushed.
+            patched_registry=patched_registry(env, image_build),
             # The chart's network.rdmaResource: the RDMA resource of spec.network.rdma without a resourceName.
             default_rdma_resource=env.get("GLMOPS_RDMA_RESOURCE", "").strip() or None,
             # GLMOPS_IMAGE_POLICY (the chart's imagePolicy), read once: a malformed one stops the start-up.
@@ -72,6 +72,21 @@ class Runtime:
             confirm_owner=other.confirm_owner,
             retries=other.retries,
         )
+
+
+def patched_registry(env: Mapping[str, str], image_build: BuildSettings) -> str | None:
+    """Where glmops' patched images are: the image build registry when builds are on, else the chart's
+    vllmImages.registry (GLMOPS_VLLM_IMAGE_REGISTRY), else the packaged names (None)."""
+    mirror = env.get("GLMOPS_VLLM_IMAGE_REGISTRY", "").strip().rstrip("/")
+    if image_build.enabled:
+        if mirror and mirror != image_build.registry:
+            raise ImageBuildError(
+                f"GLMOPS_VLLM_IMAGE_REGISTRY ({mirror}) differs from GLMOPS_IMAGE_BUILD_REGISTRY "
+                f"({image_build.registry}): with builds on, the operator runs the images it builds; "
+                "leave vllmImages.registry empty or give the same registry"
+            )
+        return image_build.registry
+    return mirror or None
 
 
 def runtime(memo: Any) -> Runtime:
