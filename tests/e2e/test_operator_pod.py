@@ -27,7 +27,14 @@ import yaml
 
 from tests.conftest import ARTIFACTS
 from tests.support.cluster import REPO, eventually
-from tests.support.realnode import NEEDS_ROOT_AND_CONTAINERD, NODE_NAME, TAINT_KEY, TOLERATION, RealNode
+from tests.support.realnode import (
+    NEEDS_ROOT_AND_CONTAINERD,
+    NODE_NAME,
+    TAINT_KEY,
+    TOLERATION,
+    RealNode,
+    built_operator_image,
+)
 
 pytestmark = [
     pytest.mark.cluster,
@@ -94,20 +101,10 @@ class Release:
         (self.log_dir / f"{tag}-webhook-configurations.yaml").write_text(hooks.stdout)
 
 
-def _built_image() -> tuple[str, str]:
-    """The operator image and its archive, as hack/build-images.sh reports them (a no-op when up to date)."""
-    proc = subprocess.run(
-        [str(REPO / "hack" / "build-images.sh")], capture_output=True, text=True, timeout=1800, check=False
-    )
-    assert proc.returncode == 0, f"hack/build-images.sh failed (make images):\n{proc.stderr[-4000:]}"
-    report = dict(line.split("=", 1) for line in proc.stdout.split())
-    return report["image"], report["archive"]
-
-
 @pytest.fixture(scope="module")
 def release(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
     real_node.ensure_up()
-    image, archive = _built_image()
+    image, archive = built_operator_image()
     started = time.monotonic()
     real_node.ctr("images", "import", archive)
     # The upgrade's image: the same one under a second tag, so the pod template changes and the pods roll.

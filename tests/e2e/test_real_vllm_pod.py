@@ -53,7 +53,14 @@ from tests.conftest import ARTIFACTS, TEST_METRICS_PORT, OperatorProcess
 from tests.realvllm.rendered import REPLACED, SPEC, rendered_pod
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually
 from tests.support.glmd import failed_canary_report
-from tests.support.realnode import NEEDS_ROOT_AND_CONTAINERD, NODE_NAME, TAINT_KEY, TOLERATION, RealNode
+from tests.support.realnode import (
+    NEEDS_ROOT_AND_CONTAINERD,
+    NODE_NAME,
+    TAINT_KEY,
+    TOLERATION,
+    RealNode,
+    gpu_stand_in,
+)
 
 RUN_ENV = "GLMOPS_REALVLLM_POD"
 pytestmark = [
@@ -193,35 +200,11 @@ def node(real_node: RealNode, cpu_image: tuple[str, str], notes: dict[str, Any])
     return real_node
 
 
-def _json_pointer(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
-
-
-def _node_gpus(kubectl: Kubectl) -> tuple[str | None, str | None]:
-    status = kubectl.get("node", NODE_NAME)["status"]
-    resource = ACCELERATOR.resource_name
-    return status["capacity"].get(resource), status["allocatable"].get(resource)
-
-
 @pytest.fixture(scope="module")
 def h200_stand_in(node: RealNode) -> Iterator[None]:
     """The real node labelled as the catalog selects H200 nodes and advertising its GPUs as an extended resource."""
-    kubectl = node.kubectl
-    labels = {key: values[0] for key, values in ACCELERATOR.node_selector.items()}
-    capacity = f"/status/capacity/{_json_pointer(ACCELERATOR.resource_name)}"
-    count = str(ACCELERATOR.gpus_per_node)
-    kubectl.run("label", "node", NODE_NAME, "--overwrite", *(f"{k}={v}" for k, v in labels.items()))
-    patch = [{"op": "add", "path": capacity, "value": count}]
-    kubectl.run("patch", "node", NODE_NAME, "--subresource=status", "--type=json", "-p", json.dumps(patch))
-    # The kubelet derives allocatable from capacity on its next status update.
-    eventually(lambda: _node_gpus(kubectl) == (count, count), timeout=60, what="the kubelet to advertise the GPUs")
-    try:
+    with gpu_stand_in(node.kubectl, ACCELERATOR):
         yield
-    finally:
-        kubectl.run("label", "node", NODE_NAME, *(f"{k}-" for k in labels), check=False)
-        remove = json.dumps([{"op": "remove", "path": capacity}])
-        kubectl.run("patch", "node", NODE_NAME, "--subresource=status", "--type=json", "-p", remove, check=False)
-        eventually(lambda: _node_gpus(kubectl) == (None, None), timeout=60, what="the GPUs gone from the node")
 
 
 @pytest.fixture(scope="module")

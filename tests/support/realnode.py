@@ -9,15 +9,19 @@ nothing behind.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import Kubectl, run_script
+from glm_operator.catalog.accelerators import Accelerator
+from tests.support.cluster import REPO, Kubectl, eventually, run_script
 
 NODE_NAME = "glmops-realnode-test-node"
 NODE_POD_CIDR = ipaddress.ip_network("10.244.0.0/24")
@@ -180,3 +184,52 @@ def stop() -> None:
     run_script("node.sh", "down", env=env())
     if not os.environ.get("GLMOPS_KEEP_CLUSTER"):
         run_script("down.sh", env=env())
+
+
+def built_operator_image() -> tuple[str, str]:
+    """The operator image and its archive, as hack/build-images.sh reports them (a no-op when up to date)."""
+    proc = subprocess.run(
+        [str(REPO / "hack" / "build-images.sh")], capture_output=True, text=True, timeout=1800, check=False
+    )
+    assert proc.returncode == 0, f"hack/build-images.sh failed (make images):\n{proc.stderr[-4000:]}"
+    report = dict(line.split("=", 1) for line in proc.stdout.split())
+    return report["image"], report["archive"]
+
+
+def _json_pointer(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _node_gpus(kubectl: Kubectl, resource: str) -> tuple[str | None, str | None]:
+    status = kubectl.get("node", NODE_NAME)["status"]
+    return status["capacity"].get(resource), status["allocatable"].get(resource)
+
+
+@contextmanager
+def gpu_stand_in(kubectl: Kubectl, accelerator: Accelerator) -> Iterator[None]:
+    """The real node labelled as the catalog selects `accelerator`'s nodes and advertising its GPUs.
+
+    The GPUs are an extended resource on the node's status (`kubectl patch --subresource=status`, as any node-level
+    extended resource is advertised): the scheduler and the kubelet count them, no device plugin serves them, and
+    the containers get no device. Label and resource are taken off the node afterwards.
+    """
+    labels = {key: values[0] for key, values in accelerator.node_selector.items()}
+    resource = accelerator.resource_name
+    capacity = f"/status/capacity/{_json_pointer(resource)}"
+    count = str(accelerator.gpus_per_node)
+    kubectl.run("label", "node", NODE_NAME, "--overwrite", *(f"{k}={v}" for k, v in labels.items()))
+    patch = [{"op": "add", "path": capacity, "value": count}]
+    kubectl.run("patch", "node", NODE_NAME, "--subresource=status", "--type=json", "-p", json.dumps(patch))
+    # The kubelet derives allocatable from capacity on its next status update.
+    eventually(
+        lambda: _node_gpus(kubectl, resource) == (count, count), timeout=60, what="the kubelet to advertise the GPUs"
+    )
+    try:
+        yield
+    finally:
+        kubectl.run("label", "node", NODE_NAME, *(f"{k}-" for k in labels), check=False)
+        remove = json.dumps([{"op": "remove", "path": capacity}])
+        kubectl.run("patch", "node", NODE_NAME, "--subresource=status", "--type=json", "-p", remove, check=False)
+        eventually(
+            lambda: _node_gpus(kubectl, resource) == (None, None), timeout=60, what="the GPUs gone from the node"
+        )
