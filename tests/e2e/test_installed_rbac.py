@@ -24,6 +24,7 @@ import yaml
 from glm_operator.canary.gsm8k_data import generate
 from tests.conftest import ARTIFACTS, OperatorProcess
 from tests.support.builders import GLMDeploymentBuilder as B
+from tests.support.chart import TEMPLATE_FLAGS
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually
 from tests.support.installed import RELEASE, InstalledOperator, can_i, kubectl_as
 from tests.support.volumes import prebound_volume
@@ -426,7 +427,7 @@ RENDERED = {
 @pytest.mark.parametrize("flags", list(RENDERED.values()), ids=list(RENDERED))
 def test_no_rendered_rule_grants_wildcards_rbac_or_unnamed_secrets(cluster: Cluster, flags: list[str]) -> None:
     out = subprocess.run(
-        [cluster.helm, "template", "glmops", str(REPO / "charts" / "glmops"), "-n", "ops", *flags],
+        [cluster.helm, "template", "glmops", str(REPO / "charts" / "glmops"), "-n", "ops", *TEMPLATE_FLAGS, *flags],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     roles = [d for d in yaml.safe_load_all(out) if d and d["kind"] in ("Role", "ClusterRole")]

@@ -30,6 +30,7 @@ from packaging.specifiers import SpecifierSet
 
 from glm_operator.render.dockerfile import PLUGIN_DIR_IN_OPERATOR, PLUGIN_WHEEL
 from tests.conftest import ARTIFACTS, TEST_WEBHOOK_PORT
+from tests.support.chart import TEMPLATE_FLAGS
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually, run_script
 
 CONTAINERS_CONF = REPO / "hack" / "containers.conf"
@@ -42,7 +43,7 @@ def chart_operator_pod(*helm_flags: str) -> dict[str, Any]:
     """The pod spec of the operator Deployment as `helm template` renders the chart."""
     helm = Path(run_script("build.sh").strip().splitlines()[-1]) / "helm"
     out = subprocess.run(
-        [str(helm), "template", "glmops", str(REPO / "charts" / "glmops"), *helm_flags],
+        [str(helm), "template", "glmops", str(REPO / "charts" / "glmops"), *TEMPLATE_FLAGS, *helm_flags],
         capture_output=True, text=True, check=True, timeout=120,
     ).stdout  # fmt: skip
     deploy = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.chart import TEMPLATE_FLAGS
 from tests.support.cluster import REPO, pinned_helm
 
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
@@ -62,7 +63,7 @@ def test_the_chart_package_installs_the_operator_image_of_the_same_version(relea
         chart = yaml.safe_load(tgz.extractfile("glmops/Chart.yaml").read())  # type: ignore[union-attr]
     assert (chart["version"], chart["appVersion"]) == (VERSION, VERSION)
     rendered = subprocess.run(
-        [str(pinned_helm()), "template", "glmops", str(released / f"glmops-{VERSION}.tgz")],
+        [str(pinned_helm()), "template", "glmops", str(released / f"glmops-{VERSION}.tgz"), *TEMPLATE_FLAGS],
         capture_output=True, text=True, check=True, timeout=120,
     ).stdout  # fmt: skip
     deploy = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment")

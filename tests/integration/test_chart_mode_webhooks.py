@@ -31,6 +31,7 @@ from cryptography import x509
 from glm_operator.k8s.webhook_check import check, check_client_auth
 from glm_operator.k8s.webhook_client_auth import CA_ENV, NAMES_ENV
 from tests.conftest import ARTIFACTS
+from tests.support.chart import TEMPLATE_FLAGS
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually
 
 pytestmark = pytest.mark.cluster
@@ -66,7 +67,7 @@ class ChartOperator:
 
 def _rendered(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
     out = subprocess.run(
-        [cluster.helm, "template", RELEASE, str(REPO / "charts" / "glmops"), "-n", namespace,
+        [cluster.helm, "template", RELEASE, str(REPO / "charts" / "glmops"), "-n", namespace, *TEMPLATE_FLAGS,
          "--set", f"watchNamespaces={{{namespace}}}"],
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout  # fmt: skip

@@ -17,6 +17,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.support.chart import TEMPLATE_FLAGS
 from tests.support.cluster import REPO, eventually, pinned_helm
 
 CHART = REPO / "charts" / "glmops"
@@ -42,7 +43,7 @@ def chart_monitoring(values: list[str]) -> dict[str, dict[str, Any]]:
     helm = pinned_helm()
     if not helm.is_file():
         pytest.skip(f"helm is not built at {helm}: run cluster/build.sh (make tools)")
-    args = [str(helm), "template", "glmops", str(CHART), "--namespace", RELEASE_NAMESPACE]
+    args = [str(helm), "template", "glmops", str(CHART), "--namespace", RELEASE_NAMESPACE, *TEMPLATE_FLAGS]
     for value in values:
         args += ["--set", value]
     out = subprocess.run(args, capture_output=True, text=True, timeout=120, check=True).stdout

@@ -18,6 +18,7 @@ import yaml
 
 from glm_operator.render.alerts import ALERTS, BY_NAME, OPERATOR_JOB, RULES_FILE, alert_values, rule_groups
 from tests.support.builders import GLMDeploymentBuilder as B
+from tests.support.chart import TEMPLATE_FLAGS
 from tests.support.cluster import REPO
 from tests.unit.test_render import rendered
 
@@ -40,7 +41,7 @@ def promtool() -> str:
 
 def _template(helm: str, *sets: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """`helm template` with --set values; a number is passed with --set-json (--set turns 0.2 into a string)."""
-    args = [helm, "template", "glmops", str(CHART), "--namespace", "glmops-system"]
+    args = [helm, "template", "glmops", str(CHART), "--namespace", "glmops-system", *TEMPLATE_FLAGS]
     for value in sets:
         number = re.fullmatch(r"[^=]+=[0-9]*\.[0-9]+", value)
         args += ["--set-json" if number else "--set", value]

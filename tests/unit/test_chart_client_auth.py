@@ -10,13 +10,14 @@ import pytest
 import yaml
 
 from glm_operator.k8s.webhook_client_auth import CA_ENV, NAMES_ENV
+from tests.support.chart import TEMPLATE_FLAGS
 from tests.unit.test_alerts import CHART
 
 CA = "webhook.clientAuth.caConfigMap.name=apiserver-webhook-client-ca"
 
 
 def _template(helm: str, *sets: str) -> subprocess.CompletedProcess[str]:
-    args = [helm, "template", "glmops", str(CHART), "--namespace", "glmops-system"]
+    args = [helm, "template", "glmops", str(CHART), "--namespace", "glmops-system", *TEMPLATE_FLAGS]
     for value in sets:
         args += ["--set", value]
     return subprocess.run(args, capture_output=True, text=True, timeout=120)

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from glm_operator.render.alerts import ALERTS
+from tests.support.chart import TEMPLATE_FLAGS
 from tests.unit.test_alerts import CHART
 
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
@@ -28,7 +29,7 @@ AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
 
 def _template(helm: str, *sets: str, release: str = "glmops", chart: Path = CHART) -> subprocess.CompletedProcess[str]:
     """`helm template` with --set values, exactly as a user types them (numbers stay numbers)."""
-    args = [helm, "template", release, str(chart), "--namespace", "glmops-system"]
+    args = [helm, "template", release, str(chart), "--namespace", "glmops-system", *TEMPLATE_FLAGS]
     for value in sets:
         args += ["--set", value]
     return subprocess.run(args, capture_output=True, text=True, timeout=120)
@@ -427,3 +428,35 @@ def test_vllm_images_registry_equal_to_the_build_registry_renders_and_a_differen
 @pytest.mark.parametrize("registry", ["https://registry.example.com", "Registry.example.com/x", "a b"])
 def test_vllm_images_registry_that_is_not_a_registry_path_is_refused_by_the_schema(helm: str, registry: str) -> None:
     assert "/vllmImages/registry" in _refused(helm, f"vllmImages.registry={registry}")
+
+
+def _template_without_api_versions(helm: str, *sets: str) -> subprocess.CompletedProcess[str]:
+    """`helm template` as a user first types it: without telling it what the cluster serves."""
+    args = [helm, "template", "glmops", str(CHART), "--namespace", "glmops-system"]
+    for value in sets:
+        args += ["--set", value]
+    return subprocess.run(args, capture_output=True, text=True, timeout=120)
+
+
+def test_the_write_policy_is_rendered_with_its_binding_where_the_cluster_serves_it(helm: str) -> None:
+    objects = _objects(helm)
+    assert {
+        "ValidatingAdmissionPolicy/glmops-operator-writes",
+        "ValidatingAdmissionPolicyBinding/glmops-operator-writes",
+    } <= set(objects)
+
+
+def test_without_the_policy_served_the_chart_refuses_and_says_what_to_pass_or_set(helm: str) -> None:
+    proc = _template_without_api_versions(helm)
+    assert proc.returncode != 0
+    assert "--api-versions admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy" in proc.stderr
+    assert "rbac.writePolicy=off" in proc.stderr
+
+
+def test_write_policy_off_installs_without_the_policy_and_the_schema_takes_no_other_mode(helm: str) -> None:
+    proc = _template_without_api_versions(helm, "rbac.writePolicy=off")
+    assert proc.returncode == 0, proc.stderr
+    kinds = {d["kind"] for d in yaml.safe_load_all(proc.stdout) if d}
+    assert "Deployment" in kinds and not {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} & kinds
+    assert "ValidatingAdmissionPolicy" not in {o["kind"] for o in _objects(helm, "rbac.writePolicy=off").values()}
+    assert "/rbac/writePolicy" in _refused(helm, "rbac.writePolicy=auto")

@@ -20,6 +20,7 @@ from glm_operator.doctor.release import (
     manifest_objects,
     release_fact,
 )
+from tests.support.chart import TEMPLATE_FLAGS
 
 NS = "glmops-system"
 
@@ -130,7 +131,10 @@ def test_the_release_the_chart_renders_names_its_certificate_secret_and_service_
     """The chart's own Deployment, not a hand-written one: how the chart spells GLMOPS_WEBHOOK_SECRET is what counts."""
     chart = Path(__file__).resolve().parents[2] / "charts" / "glmops"
     rendered = subprocess.run(
-        [helm, "template", "prod", str(chart), "--namespace", "ops"], capture_output=True, text=True, check=True
+        [helm, "template", "prod", str(chart), "--namespace", "ops", *TEMPLATE_FLAGS],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     objects = [o for o in yaml.safe_load_all(rendered) if o]
     fact = release_fact({"name": "prod", "namespace": "ops", "version": 1}, objects)

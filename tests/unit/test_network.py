@@ -20,6 +20,7 @@ from glm_operator.render.plan import build_plan
 from glm_operator.render.workloads import render_objects
 from glm_operator.rules.engine import admit
 from tests.support.builders import GLMDeploymentBuilder as B
+from tests.support.chart import TEMPLATE_FLAGS
 from tests.support.cluster import pinned_helm
 from tests.unit.test_alerts import CHART
 
@@ -137,7 +138,7 @@ def _operator_env(*sets: str) -> subprocess.CompletedProcess[str] | dict[str, st
     helm = pinned_helm()
     if not helm.is_file():
         pytest.skip(f"helm is not built at {helm}: run cluster/build.sh (make tools)")
-    args = [str(helm), "template", "glmops", str(CHART), "--namespace", "glmops-system"]
+    args = [str(helm), "template", "glmops", str(CHART), "--namespace", "glmops-system", *TEMPLATE_FLAGS]
     for value in sets:
         args += ["--set", value]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
