@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from glm_operator.catalog.image_policy import ImagePolicy
+from tests.support.chart import TEMPLATE_FLAGS
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually
 
 pytestmark = pytest.mark.cluster
@@ -18,8 +19,10 @@ CHART = str(REPO / "charts" / "glmops")
 
 
 def _helm(cluster: Cluster, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """helm on the test cluster; `template` is told the API versions the cluster serves, as its users are."""
+    flags = TEMPLATE_FLAGS if args[:1] == ("template",) else ()
     proc = subprocess.run(
-        [cluster.helm, f"--kubeconfig={cluster.kubeconfig}", *args], capture_output=True, text=True, timeout=180
+        [cluster.helm, f"--kubeconfig={cluster.kubeconfig}", *args, *flags], capture_output=True, text=True, timeout=180
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stderr}\n{proc.stdout}")
