@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
+from glm_operator.cli import render as render_module
 from glm_operator.cli.main import main
-from glm_operator.cli.output import write_objects
+from glm_operator.cli.output import ObjectStream, write_objects
 from tests.support.builders import GLMDeploymentBuilder
 
 CONFIG_MAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
@@ -144,3 +145,55 @@ def test_a_namespace_that_is_not_a_name_is_a_usage_error(
         main(["render", "-n", namespace, write(tmp_path, GLMDeploymentBuilder("a"))])
     assert exit_.value.code == 2
     assert "not a namespace name" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("output", ["json", "yaml"])
+@pytest.mark.parametrize("count", [0, 1, 2, 5])
+def test_the_stream_writes_byte_for_byte_what_write_objects_writes(output: str, count: int) -> None:
+    objects = [{**CONFIG_MAP, "metadata": {"name": f"c{i}", "labels": {"n": str(i)}}} for i in range(count)]
+    whole, streamed = io.StringIO(), io.StringIO()
+    write_objects(objects, output, whole)
+    with ObjectStream(output, streamed) as stream:
+        for obj in objects:
+            stream.write(obj)
+    if output == "yaml" and count == 0:
+        assert streamed.getvalue() == ""  # yaml.dump_all([]) writes nothing either; an empty stream is no document
+        return
+    assert streamed.getvalue() == whole.getvalue()
+
+
+class LeavesAfterFirstFlush(io.StringIO):
+    """A reader that takes what it was given at the first flush and leaves, as `head` does."""
+
+    def flush(self) -> None:
+        if self.getvalue():
+            raise BrokenPipeError
+
+
+def test_render_writes_each_deployment_as_it_is_rendered_and_stops_when_the_reader_leaves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path, *(GLMDeploymentBuilder(f"d{i}") for i in range(20)))
+    rendered: list[str] = []
+    objects_of = render_module.objects_of
+
+    def counting(doc: dict[str, Any], *args: Any) -> list[dict[str, Any]]:
+        rendered.append(doc["metadata"]["name"])
+        return objects_of(doc, *args)
+
+    monkeypatch.setattr(render_module, "objects_of", counting)
+    out = LeavesAfterFirstFlush()
+    with pytest.raises(BrokenPipeError):
+        render_module.render([path], lws=True, stdout=out)
+    # One GLMDeployment rendered and written, not twenty held back until the last.
+    assert rendered == ["d0"]
+    assert {d["metadata"]["name"] for d in yaml.safe_load_all(out.getvalue())} >= {"d0"}
+
+
+def test_a_refused_manifest_leaves_no_partial_output(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    good = [GLMDeploymentBuilder(f"ok{i}").tensor(8).build() for i in range(3)]
+    bad = GLMDeploymentBuilder("bad").tensor(8).set("spec.parallelism.tensor", 3).build()
+    path = tmp_path / "mixed.yaml"
+    path.write_text(yaml.safe_dump_all([*good, bad]))
+    out, err = run(capsys, ["render", str(path)], code=1)
+    assert out == "" and "refused by admission" in err

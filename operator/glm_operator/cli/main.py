@@ -30,7 +30,7 @@ VALIDATE_DESCRIPTION = (
     "100000 values, a file named without any GLMDeployment, or a directory with none in any of its files. "
     "Objects of other kinds (a Service, a ConfigMap) are skipped with a note on stderr; the items of a `kind: "
     "List` are read. Values in messages are cut at 200 characters. Exit 141 when the reader of the output leaves "
-    "early (as `| head`)."
+    "before all of it is written (as `| head` on output longer than the pipe holds)."
 )
 
 RENDER_DESCRIPTION = (

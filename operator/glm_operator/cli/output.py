@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import json
+import textwrap
+from types import TracebackType
 from typing import Any, TextIO
 
 import yaml
@@ -35,6 +37,57 @@ def write_objects(objects: list[dict[str, Any]], output: str, stdout: TextIO) ->
         stdout.write("\n")
     else:
         stdout.write(yaml.dump_all(objects, Dumper=PlainDumper, sort_keys=False))
+
+
+class ObjectStream:
+    """Writes objects as they come, in write_objects' format, so a reader sees the first before the last is made.
+
+    yaml writes each document at once. json holds back only the first object: one alone is printed as itself,
+    several as a `v1 List` whose items are written one by one, byte for byte what write_objects prints.
+    """
+
+    def __init__(self, output: str, stdout: TextIO) -> None:
+        self.output, self.stdout = output, stdout
+        self.count = 0
+        self._first: dict[str, Any] | None = None
+
+    def write(self, obj: dict[str, Any]) -> None:
+        self.count += 1
+        if self.output != "json":
+            self.stdout.write(("---\n" if self.count > 1 else "") + yaml.dump(obj, Dumper=PlainDumper, sort_keys=False))
+        elif self.count == 1:
+            self._first = obj
+        else:
+            if self._first is not None:
+                self.stdout.write(_LIST_HEAD + _list_item(self._first))
+                self._first = None
+            self.stdout.write(",\n" + _list_item(obj))
+
+    def flush(self) -> None:
+        self.stdout.flush()
+
+    def close(self) -> None:
+        """End the output: json's single object or empty List, or the List's tail; yaml needs nothing."""
+        if self.output == "json" and self.count <= 1:
+            write_objects([self._first] if self._first is not None else [], "json", self.stdout)
+        elif self.output == "json":
+            self.stdout.write(_LIST_TAIL)
+
+    def __enter__(self) -> ObjectStream:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, _: BaseException | None, __: TracebackType | None) -> None:
+        if kind is None:
+            self.close()
+
+
+_LIST_INDENT = " " * 8
+_LIST_HEAD = '{\n    "apiVersion": "v1",\n    "items": [\n'
+_LIST_TAIL = '\n    ],\n    "kind": "List",\n    "metadata": {\n        "resourceVersion": ""\n    }\n}\n'
+
+
+def _list_item(obj: dict[str, Any]) -> str:
+    return textwrap.indent(json.dumps(obj, indent=4), _LIST_INDENT, lambda _: True)
 
 
 def write_data(data: Any, output: str, stdout: TextIO) -> None:

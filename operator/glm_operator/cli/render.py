@@ -7,7 +7,7 @@ from typing import Any, TextIO
 
 from glm_operator.api import GLMDeployment
 from glm_operator.catalog.bundle import Catalogs
-from glm_operator.cli.output import write_objects
+from glm_operator.cli.output import ObjectStream
 from glm_operator.cli.validate import EXIT_BAD_INPUT, EXIT_REFUSED, read_inputs
 from glm_operator.planner.storage import storage_plan
 from glm_operator.render.plan import build_plan
@@ -42,14 +42,21 @@ def render(
         print(f"error: {problem}", file=sys.stderr)
     if mismatches:
         return EXIT_BAD_INPUT
-    rendered: list[dict[str, Any]] = []
+    # Every manifest is admitted before anything is printed: a refusal leaves no partial output behind.
+    admitted: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for where, doc in docs:
-        objects = render_one(doc, catalogs, lws)
-        if isinstance(objects, str):
-            print(f"{where}: refused by admission:\n{objects}", file=sys.stderr)
+        admission = admit(doc, catalogs)
+        if not admission.allowed:
+            print(f"{where}: refused by admission:\n{admission.rejection()}", file=sys.stderr)
             return EXIT_REFUSED
-        rendered.extend(objects)
-    write_objects(rendered, output, stdout)
+        admitted.append((doc, admission.patched))
+    # Then each one's objects are written as soon as they are rendered, and flushed: a reader sees the first
+    # GLMDeployment's objects without waiting for the last, and one who leaves (| head) stops glmctl there.
+    with ObjectStream(output, stdout) as stream:
+        for doc, patched in admitted:
+            for obj in objects_of(doc, patched, catalogs, lws):
+                stream.write(obj)
+            stream.flush()
     return 0
 
 
@@ -76,7 +83,12 @@ def render_one(doc: dict[str, Any], catalogs: Catalogs, lws: bool) -> list[dict[
     admission = admit(doc, catalogs)
     if not admission.allowed:
         return admission.rejection()
-    glmd = GLMDeployment.model_validate(admission.patched)
+    return objects_of(doc, admission.patched, catalogs, lws)
+
+
+def objects_of(doc: dict[str, Any], patched: dict[str, Any], catalogs: Catalogs, lws: bool) -> list[dict[str, Any]]:
+    """The objects the operator applies for a manifest admission let through (`patched`: with its repairs)."""
+    glmd = GLMDeployment.model_validate(patched)
     plan = build_plan(glmd, catalogs)
     owner = {
         "apiVersion": glmd.api_version,
