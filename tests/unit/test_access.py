@@ -217,7 +217,8 @@ def _fake_authorizer(monkeypatch: pytest.MonkeyPatch, allowed: set[str]) -> list
         def __init__(self, _client: Any) -> None:
             pass
 
-        def create_subject_access_review(self, body: Any) -> Any:
+        def create_subject_access_review(self, body: Any, _request_timeout: float) -> Any:
+            assert 0 < _request_timeout <= k8s_access.REVIEWS_BUDGET_S
             asked.append(body)
             name = body.spec.resource_attributes.name
             return SimpleNamespace(status=SimpleNamespace(allowed=name in allowed))
@@ -234,11 +235,28 @@ def test_only_the_needs_the_api_server_denies_are_returned(monkeypatch: pytest.M
     assert [a.spec.user for a in asked] == ["alice", "alice"]
 
 
-def test_more_needs_than_the_review_budget_are_refused_unasked(monkeypatch: pytest.MonkeyPatch) -> None:
-    asked = _fake_authorizer(monkeypatch, allowed={"s"})
-    needs = [AccessNeed(f"f{i}", "get", "secrets", "s") for i in range(k8s_access.MAX_REVIEWS + 3)]
-    assert len(k8s_access.denied(needs, "ns", {"username": "alice"})) == 3
+def test_more_objects_than_the_review_budget_are_refused_unasked(monkeypatch: pytest.MonkeyPatch) -> None:
+    names = [f"s{i}" for i in range(k8s_access.MAX_REVIEWS + 3)]
+    asked = _fake_authorizer(monkeypatch, allowed=set(names))
+    needs = [AccessNeed(f"f{i}", "get", "secrets", name) for i, name in enumerate(names)]
+    assert [n.name for n in k8s_access.denied(needs, "ns", {"username": "alice"})] == names[-3:]
     assert len(asked) == k8s_access.MAX_REVIEWS
+
+
+def test_the_same_object_named_twice_is_asked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = _fake_authorizer(monkeypatch, allowed=set())
+    needs = [AccessNeed("a", "get", "secrets", "x"), AccessNeed("b", "get", "secrets", "x")]
+    assert len(k8s_access.denied(needs, "ns", {"username": "alice"})) == 2
+    assert len(asked) == 1
+
+
+def test_reviews_past_their_time_budget_refuse_instead_of_stalling_admission(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_authorizer(monkeypatch, allowed={"x", "y"})
+    clock = iter([0.0, 0.0, k8s_access.REVIEWS_BUDGET_S + 1])
+    monkeypatch.setattr(k8s_access.time, "monotonic", lambda: next(clock))
+    needs = [AccessNeed("a", "get", "secrets", "x"), AccessNeed("b", "get", "secrets", "y")]
+    with pytest.raises(k8s_access.AccessCheckFailed, match="took longer"):
+        k8s_access.denied(needs, "ns", {"username": "alice"})
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ AdmissionReview's userInfo, as the API server authorizes that user: RBAC, webhoo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,9 +15,12 @@ import kubernetes
 from glm_operator.k8s.client import API_UNREACHABLE, api_client, refusal
 from glm_operator.rules.access import AccessNeed
 
+REVIEWS_BUDGET_S = 6.0
+"""All reviews of one admission together: the API server gives this webhook 10 s by default, and the rules and the
+answer need some of it. Past it, admission refuses (the user retries) rather than let the operator's rights decide."""
 MAX_REVIEWS = 64
-"""At most this many reviews per admission (16 volumes with a few projected sources, 16 pull secrets, the token,
-the ServiceAccount, the canary ConfigMap fit); any beyond are refused unchecked rather than asked."""
+"""At most this many distinct reviews per admission (16 volumes with a few projected sources, 16 pull secrets, the
+token, the ServiceAccount, the canary ConfigMap fit); objects beyond them are refused unasked."""
 
 
 class AccessCheckFailed(Exception):
@@ -46,20 +50,29 @@ def subject_access_review(need: AccessNeed, namespace: str, userinfo: Mapping[st
 def denied(needs: Sequence[AccessNeed], namespace: str, userinfo: Mapping[str, Any]) -> list[AccessNeed]:
     """The needs the user may not do; AccessCheckFailed when the API server cannot say."""
     api = kubernetes.client.AuthorizationV1Api(api_client())
+    deadline = time.monotonic() + REVIEWS_BUDGET_S
+    answers: dict[tuple[str, str, str], bool] = {}  # the same object named twice is asked once
     out = []
-    for index, need in enumerate(needs):
-        if index >= MAX_REVIEWS:
-            out.append(need)
-            continue
-        body = kubernetes.client.V1SubjectAccessReview.from_dict(subject_access_review(need, namespace, userinfo))
-        if body is None:
-            raise AccessCheckFailed("could not build a SubjectAccessReview")
-        try:
-            review = api.create_subject_access_review(body)
-        except kubernetes.client.ApiException as err:
-            raise AccessCheckFailed(f"SubjectAccessReview refused: {refusal(err)}") from err
-        except API_UNREACHABLE as err:
-            raise AccessCheckFailed(f"the API server did not answer a SubjectAccessReview: {err}") from err
-        if not (review.status is not None and review.status.allowed):
+    for need in needs:
+        key = (need.verb, need.resource, need.name)
+        if key not in answers:
+            answers[key] = len(answers) < MAX_REVIEWS and _allowed(api, need, namespace, userinfo, deadline)
+        if not answers[key]:
             out.append(need)
     return out
+
+
+def _allowed(api: Any, need: AccessNeed, namespace: str, userinfo: Mapping[str, Any], deadline: float) -> bool:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise AccessCheckFailed(f"the SubjectAccessReviews took longer than {REVIEWS_BUDGET_S:g} s")
+    body = kubernetes.client.V1SubjectAccessReview.from_dict(subject_access_review(need, namespace, userinfo))
+    if body is None:
+        raise AccessCheckFailed("could not build a SubjectAccessReview")
+    try:
+        review = api.create_subject_access_review(body, _request_timeout=left)
+    except kubernetes.client.ApiException as err:
+        raise AccessCheckFailed(f"SubjectAccessReview refused: {refusal(err)}") from err
+    except API_UNREACHABLE as err:
+        raise AccessCheckFailed(f"the API server did not answer a SubjectAccessReview: {err}") from err
+    return bool(review.status is not None and review.status.allowed)
