@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import yaml
 
 from glm_operator.api import GLMDeploymentSpec
 from glm_operator.catalog.access_policy import (
     DEFAULT_VOLUME_TYPES,
+    ENV,
     KNOWN_VOLUME_TYPES,
     AccessPolicy,
     AccessPolicyError,
 )
 from glm_operator.catalog.bundle import Catalogs
+from glm_operator.cli.main import main
 from glm_operator.k8s import access as k8s_access
 from glm_operator.rules.access import (
     LOADER_ENV_NAMES,
@@ -347,3 +352,54 @@ def test_a_canary_url_under_an_allowed_prefix_is_admitted() -> None:
     catalogs = dataclasses.replace(Catalogs.packaged(), access_policy=policy)
     assert _errors(_canary_source({"url": "https://data.example.com/gsm8k/test.jsonl"}), catalogs) == []
     assert _errors(_canary_source({"configMap": "questions"})) == []
+
+
+ACCESS_VALUES = """
+podPolicy:
+  volumeTypes: [configMap, hostPath]
+canaryData:
+  allowedUrls: [https://data.example.com/gsm8k/]
+imagePolicy: {allowCustomImages: true}
+"""
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"spec.pod.volumes": [{"name": "root", "hostPath": {"path": "/"}}]},
+        {"spec.pod.volumes": [{"name": "e", "emptyDir": {}}]},
+        {"spec.canary": {"gsm8k": {"source": {"url": "https://data.example.com/gsm8k/test.jsonl"}}}},
+        {"spec.canary": {"gsm8k": {"source": {"url": "http://169.254.169.254/"}}}},
+    ],
+)
+@pytest.mark.parametrize("with_values", [True, False])
+def test_glmctl_validate_with_the_charts_values_decides_as_the_webhook(
+    change: dict[str, Any], with_values: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(ACCESS_VALUES)
+    builder = _b()
+    for dotted, value in change.items():
+        builder = builder.set(dotted, value)
+    obj = builder.build()
+    manifest = tmp_path / "glm.yaml"
+    manifest.write_text(yaml.safe_dump(obj))
+    raw = yaml.safe_load(ACCESS_VALUES)
+    env = {ENV: json.dumps({k: raw[k] for k in ("podPolicy", "canaryData")})} if with_values else {}
+    server = admit(obj, dataclasses.replace(Catalogs.packaged(), access_policy=AccessPolicy.from_env(env)))
+    args = ["validate", "-o", "json", *(["--access-policy", str(values)] if with_values else []), str(manifest)]
+    code = main(args)
+    (result,) = json.loads(capsys.readouterr().out)
+    assert result["allowed"] is server.allowed and code == (0 if server.allowed else 1)
+    assert [f["message"] for f in result["findings"]] == [f.message for f in server.findings]
+
+
+def test_glmctl_refuses_a_malformed_access_policy_as_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("podPolicy: {volumeTypes: [hostpath]}\n")
+    manifest = tmp_path / "glm.yaml"
+    manifest.write_text(yaml.safe_dump(_b().build()))
+    assert main(["validate", "--access-policy", str(values), str(manifest)]) == 2
+    assert "podPolicy.volumeTypes" in capsys.readouterr().err
