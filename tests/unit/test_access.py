@@ -58,7 +58,7 @@ PROJECTED_TOKEN = {
     ("volume", "field", "what"),
     [
         ({"name": "root", "hostPath": {"path": "/"}}, "spec.pod.volumes[0].hostPath", "node's own files"),
-        (PROJECTED_TOKEN, "spec.pod.volumes[0].projected.serviceAccountToken", "token of the ServiceAccount"),
+        (PROJECTED_TOKEN, "spec.pod.volumes[0].projected.sources[0].serviceAccountToken", "a token of the"),
         ({"name": "img", "image": {"reference": "evil/x"}}, "spec.pod.volumes[0].image", "image policy never sees"),
         ({"name": "n", "nfs": {"server": "10.0.0.1", "path": "/"}}, "spec.pod.volumes[0].nfs", "not allowed it"),
         ({"name": "g", "gitRepo": {"repository": "https://x"}}, "spec.pod.volumes[0].gitRepo", "not allowed it"),
@@ -99,7 +99,14 @@ def test_an_administrator_can_allow_host_paths_and_projected_tokens_in_the_polic
 
 def test_a_volume_with_two_sources_is_refused() -> None:
     errors = _errors(_with_volume({"name": "two", "emptyDir": {}, "hostPath": {"path": "/"}}))
-    assert any(m.startswith("spec.pod.volumes[0]: two: a volume has exactly one source") for m in errors), errors
+    assert any(m.startswith("spec.pod.volumes[0]: two: a volume has one source, this one has 2") for m in errors)
+
+
+def test_a_volume_without_a_source_is_the_emptydir_kubernetes_makes_of_it() -> None:
+    assert _errors(_with_volume({"name": "scratch"})) == []
+    no_empty_dir = AccessPolicy(volume_types=frozenset({"configMap"}))
+    catalogs = dataclasses.replace(Catalogs.packaged(), access_policy=no_empty_dir)
+    assert any("emptyDir volumes are not allowed" in m for m in _errors(_with_volume({"name": "scratch"}), catalogs))
 
 
 @pytest.mark.parametrize("name", ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONSTARTUP", "PATH"])
@@ -128,7 +135,7 @@ def test_one_refusal_lists_every_access_problem_at_once() -> None:
     fields = [f.field for f in result.errors]
     assert fields == [
         "spec.pod.volumes[0].hostPath",
-        "spec.pod.volumes[1].projected.serviceAccountToken",
+        "spec.pod.volumes[1].projected.sources[0].serviceAccountToken",
         "spec.engine.env[0].name",
         "spec.canary.gsm8k.source.url",
     ]

@@ -96,16 +96,20 @@ def _f(rule: str, field: str, value: object, problem: str, fix: str) -> Finding:
     return Finding(rule=f"access/{rule}", severity="error", field=field, value=str(value), problem=problem, fix=fix)
 
 
-def volume_types(volume: Volume) -> list[tuple[str, dict[str, Any]]]:
-    """The sources of one volume as (type, body) pairs; a projected volume also yields `projected.<source>` each."""
-    out: list[tuple[str, dict[str, Any]]] = []
+def volume_types(volume: Volume) -> list[tuple[str, str, dict[str, Any]]]:
+    """The sources of one volume as (type, path in the volume, body); a projected volume also yields each of its
+    sources as `projected.<source>` (path `projected.sources[i].<source>`). None at all is an emptyDir, as Kubernetes
+    defaults it."""
+    out: list[tuple[str, str, dict[str, Any]]] = []
     for key, body in (volume.model_extra or {}).items():
-        out.append((key, body if isinstance(body, dict) else {}))
+        out.append((key, key, body if isinstance(body, dict) else {}))
         if key == "projected" and isinstance(body, dict):
-            for source in body.get("sources") or []:
+            sources = body.get("sources")
+            for j, source in enumerate(sources if isinstance(sources, list) else []):
                 for sub, sub_body in source.items() if isinstance(source, dict) else []:
-                    out.append((f"projected.{sub}", sub_body if isinstance(sub_body, dict) else {}))
-    return out
+                    item = sub_body if isinstance(sub_body, dict) else {}
+                    out.append((f"projected.{sub}", f"projected.sources[{j}].{sub}", item))
+    return out or [("emptyDir", "emptyDir", {})]
 
 
 def volumes_within_policy(ctx: Context) -> list[Finding]:
@@ -113,15 +117,15 @@ def volumes_within_policy(ctx: Context) -> list[Finding]:
     allowed = ctx.catalogs.access_policy.volume_types
     out = []
     for i, volume in enumerate(ctx.spec.pod.volumes):
-        sources = [key for key in (volume.model_extra or {})]
-        if len(sources) != 1:
-            problem = f"a volume has exactly one source, this one has {len(sources)} ({', '.join(sources) or 'none'})"
+        sources = list(volume.model_extra or {})
+        if len(sources) > 1:
+            problem = f"a volume has one source, this one has {len(sources)} ({', '.join(sources)})"
             out.append(_f("volume", f"spec.pod.volumes[{i}]", volume.name, problem, "Give it one source"))
             continue
-        for kind, body in volume_types(volume):
+        for kind, path, body in volume_types(volume):
             if kind in allowed:
                 continue
-            where = f"spec.pod.volumes[{i}].{kind}"
+            where = f"spec.pod.volumes[{i}].{path}"
             out.append(
                 _f(
                     "volume",
@@ -276,21 +280,12 @@ _NAMED = {
 
 def _volume_needs(where: str, volume: Volume) -> list[AccessNeed]:
     out = []
-    projected = 0
-    for kind, body in volume_types(volume):
-        if kind not in _NAMED:
-            if kind.startswith("projected."):
-                projected += 1
-            continue
-        key, resource = _NAMED[kind]
-        name = body.get(key)
-        if kind.startswith("projected."):
-            field = f"{where}.projected.sources[{projected}].{kind.removeprefix('projected.')}.{key}"
-            projected += 1
-        else:
-            field = f"{where}.{kind}.{key}"
-        if isinstance(name, str) and name:
-            out.append(AccessNeed(field, "get", resource, name))
+    for kind, path, body in volume_types(volume):
+        if kind in _NAMED:
+            key, resource = _NAMED[kind]
+            name = body.get(key)
+            if isinstance(name, str) and name:
+                out.append(AccessNeed(f"{where}.{path}.{key}", "get", resource, name))
     return out
 
 
@@ -298,19 +293,10 @@ def reference_problems(spec: GLMDeploymentSpec) -> list[Finding]:
     """Secret and ConfigMap volume sources must name their object: an unnamed one cannot be checked."""
     out = []
     for i, volume in enumerate(spec.pod.volumes):
-        named = {n.field for n in _volume_needs(f"spec.pod.volumes[{i}]", volume)}
-        projected = 0
-        for kind, body in volume_types(volume):
-            if kind not in _NAMED:
-                projected += kind.startswith("projected.")
-                continue
-            key = _NAMED[kind][0]
-            if kind.startswith("projected."):
-                field = f"spec.pod.volumes[{i}].projected.sources[{projected}].{kind.removeprefix('projected.')}.{key}"
-                projected += 1
-            else:
-                field = f"spec.pod.volumes[{i}].{kind}.{key}"
-            if field not in named:
+        for kind, path, body in volume_types(volume):
+            key = _NAMED[kind][0] if kind in _NAMED else None
+            if key is not None and not (isinstance(body.get(key), str) and body[key]):
+                field = f"spec.pod.volumes[{i}].{path}.{key}"
                 out.append(_f("volume", field, shown_json(body.get(key)), "must name the object", f"Set {key}"))
     return out
 
