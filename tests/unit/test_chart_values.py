@@ -440,3 +440,5 @@ def test_the_operator_may_ask_subject_access_reviews_and_nothing_more_of_authori
     authz = [r for r in rules if "authorization.k8s.io" in r["apiGroups"]]
     review = {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}
     assert authz == [review]
+    without_webhook = _objects(helm, "webhook.enabled=false")["ClusterRole/glmops"]["rules"]
+    assert not [r for r in without_webhook if "authorization.k8s.io" in r["apiGroups"]], "nothing asks without it"
