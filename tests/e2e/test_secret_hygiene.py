@@ -1,4 +1,4 @@
-"""No Secret value leaks: a value planted in every Secret a GLMDeployment names is found nowhere but in its Secret.
+"""No Secret value leaks: a value planted in every Secret a GLMDeployment names is found nowhere but in those Secrets.
 
 The operator runs at DEBUG (its most talkative) while a GLMDeployment that names the Secret goes through
 reconcile and its canaries to Ready on the simulator fleet. Then the operator's log, the GLMDeployment (status
@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from glm_operator.rules.access import SECRET_REFERENCE_FIELDS
 from tests.conftest import TEST_METRICS_PORT, OperatorProcess
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.support.cluster import Cluster, Kubectl, eventually
@@ -25,6 +26,14 @@ from tests.support.secret_refs import secret_reference_paths
 pytestmark = pytest.mark.cluster
 NAME = "secret-hygiene"
 SECRET = "hf-token"
+PULL_SECRET = "pull-creds"
+MOUNTED_SECRET = "mounted-files"
+# How the GLMDeployment names a Secret holding the planted value, for each field that can name one.
+PLANTED_IN = {
+    "spec.model.tokenSecret": SECRET,
+    "spec.pod.imagePullSecrets[]": PULL_SECRET,
+    "spec.pod.volumes[]": MOUNTED_SECRET,
+}
 # Every kind the operator writes into a namespace, and the ones Kubernetes derives from them.
 SEARCHED_KINDS = "deployments,statefulsets,replicasets,pods,services,endpoints,poddisruptionbudgets,configmaps"
 
@@ -61,10 +70,22 @@ def _ready(kubectl: Kubectl, namespace: str) -> dict[str, Any]:
 def test_a_planted_token_appears_nowhere_but_in_its_secret(
     kubectl: Kubectl, namespace: str, debug_operator: OperatorProcess, sim_fleet: object
 ) -> None:
-    assert secret_reference_paths() == ["spec.model.tokenSecret"], "plant a value in the new Secret reference too"
+    assert secret_reference_paths() == list(SECRET_REFERENCE_FIELDS) == list(PLANTED_IN), (
+        "plant a value in the new Secret reference too"
+    )
     value = _planted()
-    kubectl.run("create", "secret", "generic", SECRET, "-n", namespace, f"--from-literal=HF_TOKEN={value}")
-    obj = B(NAME).accelerator("H200").tensor(8).set("spec.model.tokenSecret", {"name": SECRET}).build()
+    for name in PLANTED_IN.values():
+        kubectl.run("create", "secret", "generic", name, "-n", namespace, f"--from-literal=HF_TOKEN={value}")
+    obj = (
+        B(NAME)
+        .accelerator("H200")
+        .tensor(8)
+        .set("spec.model.tokenSecret", {"name": SECRET})
+        .set("spec.pod.imagePullSecrets", [{"name": PULL_SECRET}])
+        .set("spec.pod.volumes", [{"name": "files", "secret": {"secretName": MOUNTED_SECRET}}])
+        .set("spec.pod.volumeMounts", [{"name": "files", "mountPath": "/etc/files", "readOnly": True}])
+        .build()
+    )
     kubectl.apply(obj, "-n", namespace)
     glmd = eventually(lambda: _ready(kubectl, namespace), timeout=180, what="the deployment to become Ready")
 
@@ -76,16 +97,17 @@ def test_a_planted_token_appears_nowhere_but_in_its_secret(
     }
     objects = kubectl.run("get", SEARCHED_KINDS, "-n", namespace, "-o", "json").stdout
     secrets = kubectl.get("secrets", namespace=namespace)["items"]
-    others = [s for s in secrets if s["metadata"]["name"] != SECRET]
+    others = [s for s in secrets if s["metadata"]["name"] not in PLANTED_IN.values()]
     searched["the other objects in the namespace"] = objects + json.dumps(others)
     assert all(len(text) > 100 for text in searched.values()), {k: len(v) for k, v in searched.items()}
-    # The search can find it: the Secret itself holds it.
-    own = next(s for s in secrets if s["metadata"]["name"] == SECRET)
-    assert _leaks(json.dumps(own), value) == ["base64"]
+    # The search can find it: the Secrets themselves hold it.
+    for name in PLANTED_IN.values():
+        own = next(s for s in secrets if s["metadata"]["name"] == name)
+        assert _leaks(json.dumps(own), value) == ["base64"], name
     leaks = {where: found for where, text in searched.items() if (found := _leaks(text, value))}
     assert leaks == {}, f"the planted token leaked into: {leaks}"
 
-    # The pods reach the token by reference, never by value.
+    # The pods reach the Secrets by reference, never by value.
     pods = [
         p
         for p in json.loads(objects)["items"]
@@ -93,6 +115,8 @@ def test_a_planted_token_appears_nowhere_but_in_its_secret(
     ]
     assert pods
     for pod in pods:
+        assert pod["spec"]["imagePullSecrets"] == [{"name": PULL_SECRET}]
+        assert [v["secret"]["secretName"] for v in pod["spec"]["volumes"] if "secret" in v] == [MOUNTED_SECRET]
         for container in pod["spec"]["containers"]:
             (token,) = (e for e in container["env"] if e["name"] == "HF_TOKEN")
             assert token == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": SECRET, "key": "HF_TOKEN"}}}

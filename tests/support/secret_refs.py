@@ -1,4 +1,6 @@
-"""Where a GLMDeployment names a Secret: every field of the API models typed SecretKeyRef, by wire path."""
+"""Where a GLMDeployment can name a Secret, by wire path: every field of the API models that is a Secret reference
+(SecretKeyRef, LocalObjectReference), a pass-through Kubernetes object (a model that keeps unknown fields, such as
+a Volume, which can hold a secret source), or whose description speaks of a Secret."""
 
 from __future__ import annotations
 
@@ -9,7 +11,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from glm_operator.api import GLMDeploymentSpec
+from glm_operator.api.pod import LocalObjectReference
 from glm_operator.api.v1alpha1 import SecretKeyRef
+
+SECRET_TYPES: tuple[type[BaseModel], ...] = (SecretKeyRef, LocalObjectReference)
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
@@ -23,8 +28,12 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     return out
 
 
+def _passes_through(model: type[BaseModel]) -> bool:
+    return model.model_config.get("extra") == "allow"
+
+
 def secret_reference_paths(model: type[BaseModel] = GLMDeploymentSpec, prefix: str = "spec") -> list[str]:
-    """Wire paths (camelCase, `[]` for list items) of every SecretKeyRef field under `model`."""
+    """Wire paths (camelCase, `[]` for list items) of every field under `model` that can name a Secret."""
     paths: list[str] = []
     for name, field in model.model_fields.items():
         wire = field.alias or name
@@ -32,9 +41,11 @@ def secret_reference_paths(model: type[BaseModel] = GLMDeploymentSpec, prefix: s
             typing.get_origin(a) is list for a in typing.get_args(field.annotation)
         )
         path = f"{prefix}.{wire}" + ("[]" if is_list else "")
-        for sub in _models_in(field.annotation):
-            if sub is SecretKeyRef:
-                paths.append(path)
-            else:
-                paths += secret_reference_paths(sub, path)
+        models = _models_in(field.annotation)
+        names_secret = not models and "secret" in (field.description or "").lower()  # e.g. a plain name string
+        if names_secret or any(sub in SECRET_TYPES or _passes_through(sub) for sub in models):
+            paths.append(path)
+            continue
+        for sub in models:
+            paths += secret_reference_paths(sub, path)
     return paths

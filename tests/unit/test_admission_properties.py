@@ -54,7 +54,7 @@ HINTS: dict[str, list[Any]] = {
         {"persistentVolumeClaim": "glm-weights"},
         {"shared": {"size": "2Ti"}},
         {"shared": {"accessModes": ["ReadWriteMany"], "retain": False, "storageClassName": "nfs"}},
-        {"nodeCache": {"path": "/mnt/nvme/models"}},
+        {"nodeCache": {"path": "/var/lib/glmops/nvme-models"}},
         {"shared": {}, "nodeCache": {}},
     ],
     # Prompt-lookup bounds are refused for methods other than ngram: most valid objects pair them right.

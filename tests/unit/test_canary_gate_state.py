@@ -151,7 +151,13 @@ def test_gsm8k_comes_from_a_url_or_a_configmap(monkeypatch: pytest.MonkeyPatch) 
     import threading
     from types import SimpleNamespace
 
+    from glm_operator.canary import fetch
+    from glm_operator.catalog.access_policy import AccessPolicy
     from glm_operator.k8s import canary_data
+
+    # The test server is on loopback, which the operator never fetches from; here that one address stands in for
+    # a public one, and the policy allows its URL.
+    monkeypatch.setattr(fetch, "public_address_problem", lambda a: None if a == "127.0.0.1" else "not the test's")
 
     line = '{"question": "Q1?", "answer": "so\\n#### 7"}\n'
 
@@ -166,21 +172,20 @@ def test_gsm8k_comes_from_a_url_or_a_configmap(monkeypatch: pytest.MonkeyPatch) 
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/t"
+    policy = AccessPolicy(canary_urls=(url,))
     try:
-        body = {
-            "metadata": {"namespace": "ns"},
-            "spec": {"canary": {"gsm8k": {"source": {"url": f"http://127.0.0.1:{server.server_address[1]}/t"}}}},
-        }
-        questions, _ = canary_data.gsm8k_for(body)
+        body = {"metadata": {"namespace": "ns"}, "spec": {"canary": {"gsm8k": {"source": {"url": url}}}}}
+        questions, _ = canary_data.gsm8k_for(body, policy)
         assert [q.label for q in questions] == ["7"]
     finally:
         server.shutdown()
     fake = SimpleNamespace(read_namespaced_config_map=lambda name, ns: SimpleNamespace(data={"test.jsonl": line}))
     monkeypatch.setattr(canary_data, "core_v1", lambda: fake)
     body = {"metadata": {"namespace": "ns"}, "spec": {"canary": {"gsm8k": {"source": {"configMap": "gsm8k"}}}}}
-    assert canary_data.gsm8k_for(body)[0][0].question == "Q1?"
+    assert canary_data.gsm8k_for(body, policy)[0][0].question == "Q1?"
     monkeypatch.delenv("GLMOPS_GSM8K_PATH", raising=False)
-    assert len(canary_data.gsm8k_for({"metadata": {}, "spec": {}})[0]) == 200, "generated when no source"
+    assert len(canary_data.gsm8k_for({"metadata": {}, "spec": {}}, policy)[0]) == 200, "generated when no source"
 
 
 def test_a_suite_that_could_not_run_backs_off_and_leaves_the_gate_and_failure_count_alone() -> None:

@@ -460,3 +460,42 @@ def test_write_policy_off_installs_without_the_policy_and_the_schema_takes_no_ot
     assert "Deployment" in kinds and not {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} & kinds
     assert "ValidatingAdmissionPolicy" not in {o["kind"] for o in _objects(helm, "rbac.writePolicy=off").values()}
     assert "/rbac/writePolicy" in _refused(helm, "rbac.writePolicy=auto")
+
+
+# --- what GLMDeployments may ask of the operator ----------------------------------------------------------------------
+
+
+def _access_policy(objects: dict[str, dict[str, Any]]) -> Any:
+    from glm_operator.catalog.access_policy import ENV, AccessPolicy
+
+    container = _pod(objects)["spec"]["containers"][0]
+    env = {e["name"]: e.get("value", "") for e in container["env"]}
+    return AccessPolicy.from_env({ENV: env[ENV]})
+
+
+def test_the_chart_passes_the_access_policy_whose_defaults_are_the_operators(helm: str) -> None:
+    from glm_operator.catalog.access_policy import AccessPolicy
+
+    assert _access_policy(_objects(helm)) == AccessPolicy()
+
+
+def test_an_administrator_extends_the_access_policy_through_values(helm: str) -> None:
+    policy = _access_policy(
+        _objects(
+            helm,
+            "podPolicy.volumeTypes={configMap,hostPath}",
+            "podPolicy.serviceAccounts={workload-identity}",
+            "canaryData.allowedUrls={https://data.example.com/gsm8k/}",
+        )
+    )
+    assert policy.volume_types == {"configMap", "hostPath"} and policy.service_accounts == ("workload-identity",)
+    assert policy.allows_url("https://data.example.com/gsm8k/test.jsonl")
+
+
+def test_the_operator_may_ask_subject_access_reviews_and_nothing_more_of_authorization(helm: str) -> None:
+    rules = _objects(helm)["ClusterRole/glmops"]["rules"]
+    authz = [r for r in rules if "authorization.k8s.io" in r["apiGroups"]]
+    review = {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}
+    assert authz == [review]
+    without_webhook = _objects(helm, "webhook.enabled=false")["ClusterRole/glmops"]["rules"]
+    assert not [r for r in without_webhook if "authorization.k8s.io" in r["apiGroups"]], "nothing asks without it"

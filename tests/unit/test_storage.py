@@ -72,8 +72,8 @@ def env_of(spec: dict[str, Any]) -> dict[str, Any]:
         ),
         (shared(single_node()), {"persistentVolumeClaim": {"claimName": "glm-model-cache", "readOnly": True}}),
         (
-            single_node().set("spec.modelCache.nodeCache", {"path": "/mnt/nvme/models"}),
-            {"hostPath": {"path": "/mnt/nvme/models", "type": "DirectoryOrCreate"}},
+            single_node().set("spec.modelCache.nodeCache", {"path": "/var/lib/glmops/nvme"}),
+            {"hostPath": {"path": "/var/lib/glmops/nvme", "type": "DirectoryOrCreate"}},
         ),
     ],
     ids=["catalog-fp8", "catalog-bf16", "unknown-model-fallback", "size-limit-set", "user-claim", "shared", "node"],

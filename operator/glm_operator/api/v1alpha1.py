@@ -280,8 +280,20 @@ class ValidationSpec(_Model):
 class GSM8KSource(_Model):
     """Where GSM8K questions come from. Unset everything: built-in seeded grade-school problems."""
 
-    path: str | None = Field(default=None, description="A JSONL file in the operator's filesystem.")
-    url: str | None = Field(default=None, description="An http(s) URL of a JSONL file.")
+    path: str | None = Field(
+        default=None,
+        description=(
+            "Refused: the operator reads no file a GLMDeployment names. Kept so that objects stored before can "
+            "be read and corrected; use configMap."
+        ),
+    )
+    url: str | None = Field(
+        default=None,
+        description=(
+            "An http(s) URL of a JSONL file, under one of the cluster's canaryData.allowedUrls (none by default). "
+            "Fetched without redirects to other hosts, from public addresses only, size- and time-limited."
+        ),
+    )
     config_map: str | None = Field(
         default=None, description="A ConfigMap in the GLMDeployment's namespace whose key test.jsonl holds the data."
     )

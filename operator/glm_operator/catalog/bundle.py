@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from glm_operator.api import AcceleratorType
 from glm_operator.catalog.accelerators import Accelerator, AcceleratorCatalog, load_accelerators
+from glm_operator.catalog.access_policy import AccessPolicy
 from glm_operator.catalog.formats import FormatInfo, load_formats
 from glm_operator.catalog.image_policy import ImagePolicy
 from glm_operator.catalog.images import ImageCatalog, extra_images, load_images
@@ -37,6 +38,8 @@ class Catalogs:
     default_rdma_resource: str | None = None
     # The cluster's rule on user-named images (set by the administrator, never by a catalog extension).
     image_policy: ImagePolicy = field(default_factory=ImagePolicy)
+    # The cluster's limits on pod volumes, ServiceAccounts and canary data (the administrator's, like image_policy).
+    access_policy: AccessPolicy = field(default_factory=AccessPolicy)
 
     @classmethod
     def packaged(cls) -> Catalogs:

@@ -15,6 +15,12 @@ IMAGE_POLICY_HELP = (
     "imagePolicy mapping alone (allowCustomImages, allowedRepositories). Default: custom images allowed"
 )
 
+ACCESS_POLICY_HELP = (
+    "the cluster's limits on pod volumes, ServiceAccounts and canary data, as the operator enforces them: the "
+    "chart's values file (its podPolicy and canaryData). Default: the chart's defaults (no hostPath, no projected "
+    "ServiceAccount token, no canary URL). The author's own rights (SubjectAccessReviews) are checked at admission only"
+)
+
 
 class _AddSources(argparse.Action):
     """Collects `-f` values and positional files into one list, in the order they were written."""
@@ -59,6 +65,7 @@ def add_manifest_arguments(parser: argparse.ArgumentParser) -> None:
         help="a catalog extension (accelerators/models/images YAML, as in the glmops-catalog ConfigMap)",
     )
     parser.add_argument("--image-policy", metavar="FILE", help=IMAGE_POLICY_HELP)
+    parser.add_argument("--access-policy", metavar="FILE", help=ACCESS_POLICY_HELP)
     parser.add_argument(
         "files", nargs="*", action=_AddSources, default=argparse.SUPPRESS, metavar="FILE", help="as -f FILE"
     )

@@ -42,7 +42,14 @@ RENDER_DESCRIPTION = (
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     sources = manifest_sources(args.usage_parser, args)
-    return validate(sources, args.output, args.catalog, image_policy_file=args.image_policy, recursive=args.recursive)
+    return validate(
+        sources,
+        args.output,
+        args.catalog,
+        image_policy_file=args.image_policy,
+        recursive=args.recursive,
+        access_policy_file=args.access_policy,
+    )
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
@@ -54,6 +61,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
         recursive=args.recursive,
         output=args.output,
         namespace=args.namespace,
+        access_policy_file=args.access_policy,
     )
 
 

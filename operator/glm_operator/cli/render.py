@@ -31,9 +31,10 @@ def render(
     recursive: bool = False,
     output: str = "yaml",
     namespace: str | None = None,
+    access_policy_file: str | None = None,
 ) -> int:
     stdout = stdout or sys.stdout
-    inputs = read_inputs(paths, catalog_files, stdin, image_policy_file, recursive)
+    inputs = read_inputs(paths, catalog_files, stdin, image_policy_file, recursive, access_policy_file)
     if inputs is None:
         return EXIT_BAD_INPUT
     catalogs, docs = inputs

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any, TextIO
 
 from glm_operator.api import KIND
+from glm_operator.catalog.access_policy import AccessPolicy, AccessPolicyError
 from glm_operator.catalog.bundle import CatalogError, Catalogs
 from glm_operator.catalog.image_policy import ImagePolicy, PolicyError
 from glm_operator.cli.manifests import InputError, Manifests, load_manifests, read_bounded
@@ -21,7 +22,9 @@ MAX_NOTES = 50
 """Notes printed at most: a directory of a whole application skips many objects, and says how many."""
 
 
-def load_catalogs(extensions: list[str], image_policy_file: str | None = None) -> Catalogs:
+def load_catalogs(
+    extensions: list[str], image_policy_file: str | None = None, access_policy_file: str | None = None
+) -> Catalogs:
     catalogs = Catalogs.packaged()
     for path in extensions:
         text = read_bounded(path, sys.stdin)
@@ -35,6 +38,12 @@ def load_catalogs(extensions: list[str], image_policy_file: str | None = None) -
         except PolicyError as err:
             raise InputError(str(err)) from err
         catalogs = replace(catalogs, image_policy=policy)
+    if access_policy_file is not None:
+        try:
+            access = AccessPolicy.from_file_text(read_bounded(access_policy_file, sys.stdin), access_policy_file)
+        except AccessPolicyError as err:
+            raise InputError(str(err)) from err
+        catalogs = replace(catalogs, access_policy=access)
     return catalogs
 
 
@@ -44,11 +53,12 @@ def read_inputs(
     stdin: TextIO | None,
     image_policy_file: str | None = None,
     recursive: bool = False,
+    access_policy_file: str | None = None,
 ) -> tuple[Catalogs, list[tuple[str, dict[str, Any]]]] | None:
     """Catalogs and manifests for a command, or None after saying on stderr why they cannot be read."""
     manifests = Manifests()
     try:
-        catalogs = load_catalogs(catalog_files or [], image_policy_file)
+        catalogs = load_catalogs(catalog_files or [], image_policy_file, access_policy_file)
         load_manifests(paths, stdin or sys.stdin, manifests, recursive)
     except InputError as err:
         problem: InputError | None = err
@@ -73,9 +83,10 @@ def validate(
     image_policy_file: str | None = None,
     *,
     recursive: bool = False,
+    access_policy_file: str | None = None,
 ) -> int:
     stdout = stdout or sys.stdout
-    inputs = read_inputs(paths, catalog_files, stdin, image_policy_file, recursive)
+    inputs = read_inputs(paths, catalog_files, stdin, image_policy_file, recursive, access_policy_file)
     if inputs is None:
         return EXIT_BAD_INPUT
     catalogs, docs = inputs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from typing import Any, Literal
@@ -11,6 +12,8 @@ import kopf
 from glm_operator.api import GROUP, PLURAL, VERSION
 from glm_operator.api.constants import REPAIR_WEBHOOK_ID, VALIDATE_WEBHOOK_ID
 from glm_operator.handlers.runtime import runtime
+from glm_operator.k8s.access import AccessCheckFailed, denied
+from glm_operator.rules.access import new_access_needs
 from glm_operator.rules.engine import REMEDIATIONS_ANNOTATION, Admission, admit
 
 log = logging.getLogger(__name__)
@@ -41,12 +44,24 @@ async def repair(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: 
     warnings.extend(f"glmops repaired {f.message}" for f in result.findings if f.severity == "remediated")
 
 
-async def validate(body: kopf.Body, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
-    """Refuse a GLMDeployment that would serve wrong answers, listing every problem at once."""
+async def validate(
+    body: kopf.Body, userinfo: kopf.UserInfo, warnings: list[str], memo: kopf.Memo, **kwargs: Any
+) -> None:
+    """Refuse a GLMDeployment that would serve wrong answers or exceed its author's rights, every problem at once."""
     result = _admit(body, memo)
     warnings.extend(f.message for f in result.findings if f.severity == "warning")
-    if not result.allowed:
-        raise kopf.AdmissionError(result.rejection(), code=422)
+    old = kwargs.get("old")  # the stored object, on an update
+    policy = runtime(memo).catalogs.get().access_policy
+    needs = new_access_needs(dict(body), dict(old) if old else None, policy.service_accounts)
+    namespace = body.get("metadata", {}).get("namespace") or ""
+    user = dict(userinfo or {})
+    try:
+        refused = await asyncio.to_thread(denied, needs, namespace, user) if needs else []
+    except AccessCheckFailed as err:
+        raise kopf.AdmissionError(f"glmops could not check the author's rights, so refuses: {err}", code=429) from err
+    findings = [n.refusal(namespace, str(user.get("username") or "this user")) for n in refused]
+    if not result.allowed or findings:
+        raise kopf.AdmissionError(result.rejection(extra=findings), code=422)
 
 
 # With GLMOPS_WEBHOOK=off (e.g. a cluster whose admission is served elsewhere) no webhook is

@@ -225,7 +225,7 @@ async def _check_once(pod: WatchedPod, parent: str, ip: str, state: GateState, c
     if body is None:
         return None
     glmd = GLMDeployment.model_validate(body)
-    questions, shots = await _api(gsm8k_for, body)
+    questions, shots = await _api(gsm8k_for, body, context.catalogs.get().access_policy)
     inputs: SuiteInputs = suite_inputs_for(body, context.catalogs.get(), questions, shots)
     client = OpenAIClient(f"http://{ip}:{VLLM_PORT}")
     try:

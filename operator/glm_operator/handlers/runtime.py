@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from glm_operator.catalog.access_policy import AccessPolicy
 from glm_operator.catalog.image_policy import ImagePolicy
 from glm_operator.k8s.catalog import CatalogSource
 from glm_operator.k8s.objects import OWNED_KINDS
@@ -56,6 +57,8 @@ class Runtime:
             default_rdma_resource=env.get("GLMOPS_RDMA_RESOURCE", "").strip() or None,
             # GLMOPS_IMAGE_POLICY (the chart's imagePolicy), read once: a malformed one stops the start-up.
             image_policy=ImagePolicy.from_env(env),
+            # GLMOPS_ACCESS_POLICY (the chart's podPolicy and canaryData), read once: malformed stops the start-up.
+            access_policy=AccessPolicy.from_env(env),
         )
         return cls(catalogs=catalogs, image_build=image_build, downloads=DownloadSettings.from_env(env))
 

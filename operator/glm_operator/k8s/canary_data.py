@@ -1,4 +1,9 @@
-"""GSM8K questions for a GLMDeployment's canary: its source (path, URL, ConfigMap), or generated ones."""
+"""GSM8K questions for a GLMDeployment's canary: its ConfigMap, an allowed URL, or generated ones.
+
+The operator reads no file a user names (spec.canary.gsm8k.source.path is refused at admission and never read
+here) and fetches a URL only within the cluster's canaryData limits (canary/fetch.py). The operator-wide default,
+GLMOPS_GSM8K_PATH, is the administrator's setting, not a user's.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from glm_operator.canary.fetch import FetchRefused, fetch
 from glm_operator.canary.gsm8k_data import Item, generate, parse_jsonl
+from glm_operator.catalog.access_policy import AccessPolicy
 from glm_operator.k8s.client import core_v1
 
 GENERATED = (generate(200, seed=1), generate(5, seed=2))
@@ -23,17 +28,25 @@ def _from_path(path: str) -> tuple[list[Item], list[Item]]:
 
 
 @lru_cache(maxsize=16)
-def _from_url(url: str) -> list[Item]:
-    return parse_jsonl(httpx.get(url, timeout=60, follow_redirects=True).raise_for_status().text)
+def _from_url(url: str, policy: AccessPolicy) -> list[Item]:
+    body = fetch(url, policy)
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise FetchRefused(f"{url}: not UTF-8 text") from err
+    return parse_jsonl(text)
 
 
-def gsm8k_for(body: dict[str, Any]) -> tuple[list[Item], list[Item]]:
+def gsm8k_for(body: dict[str, Any], policy: AccessPolicy) -> tuple[list[Item], list[Item]]:
     """Questions and few-shot examples; the operator-wide GLMOPS_GSM8K_PATH is the default source."""
     source = ((((body.get("spec") or {}).get("canary") or {}).get("gsm8k") or {}).get("source")) or {}
     if source.get("path"):
-        return _from_path(source["path"])
+        raise FetchRefused(
+            "spec.canary.gsm8k.source.path: the operator reads no file a GLMDeployment names; "
+            "use spec.canary.gsm8k.source.configMap"
+        )
     if source.get("url"):
-        return _from_url(source["url"]), GENERATED[1]
+        return _from_url(source["url"], policy), GENERATED[1]
     if source.get("configMap"):
         cm = core_v1().read_namespaced_config_map(source["configMap"], body["metadata"]["namespace"])
         return parse_jsonl((cm.data or {})["test.jsonl"]), GENERATED[1]

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from glm_operator.catalog.access_policy import AccessPolicy
 from glm_operator.catalog.bundle import CatalogError, Catalogs
 from glm_operator.catalog.image_policy import ImagePolicy
 
@@ -44,9 +45,11 @@ class CatalogSource:
         patched_registry: str | None = None,
         default_rdma_resource: str | None = None,
         image_policy: ImagePolicy | None = None,
+        access_policy: AccessPolicy | None = None,
     ) -> None:
         self._ref = ref
         self._image_policy = image_policy or ImagePolicy()
+        self._access_policy = access_policy or AccessPolicy()
         # With in-cluster image builds, glmops' patched images live in the cluster's registry.
         self._patched_registry = patched_registry
         self._default_rdma_resource = default_rdma_resource
@@ -67,7 +70,7 @@ class CatalogSource:
             return catalogs
 
     def _load(self) -> Catalogs:
-        packaged = replace(Catalogs.packaged(), image_policy=self._image_policy)
+        packaged = replace(Catalogs.packaged(), image_policy=self._image_policy, access_policy=self._access_policy)
         if self._patched_registry:
             packaged = replace(packaged, images=packaged.images.with_patched_registry(self._patched_registry))
         if self._default_rdma_resource:

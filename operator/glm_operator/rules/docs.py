@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from glm_operator.catalog import vllm_facts
+from glm_operator.rules.access import ACCESS_CHECKS
 from glm_operator.rules.feasibility import FEASIBILITY_CHECKS, GATE_FLAGS, MANAGED_FLAGS
 from glm_operator.rules.known_issues import KNOWN_ISSUES
 from glm_operator.rules.network import NETWORK_CHECKS
@@ -56,6 +57,17 @@ def render_rules_md() -> str:
     out += ["", "## Pod settings checks (rule `pod/...`)", "", "What is refused and why: docs/pod-settings.md.", ""]
     for check in POD_SETTINGS_CHECKS:
         out.append(f"- `{check.__name__}`: {(check.__doc__ or '').strip().splitlines()[0]}")
+    out += [
+        "",
+        "## Access checks (rule `access/...`)",
+        "",
+        "What a GLMDeployment may ask of the operator on its author's behalf: docs/security.md. Secrets, ConfigMaps,",
+        "claims and ServiceAccounts it names are also checked against the author's rights at admission",
+        "(a SubjectAccessReview each), which `glmctl validate` cannot do offline.",
+        "",
+    ]
+    for access_check in ACCESS_CHECKS:
+        out.append(f"- `{access_check.__name__}`: {(access_check.__doc__ or '').strip().splitlines()[0]}")
     return "\n".join(out) + "\n"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -17,6 +18,7 @@ from pydantic import ValidationError
 
 from glm_operator.api import GLMDeployment, GLMDeploymentSpec, structural
 from glm_operator.api.constants import Reason
+from glm_operator.rules.access import ACCESS_CHECKS
 from glm_operator.rules.context import Catalogs, resolve
 from glm_operator.rules.feasibility import FEASIBILITY_CHECKS
 from glm_operator.rules.findings import Change, Finding
@@ -45,9 +47,9 @@ class Admission:
     def warnings(self) -> list[Finding]:
         return [f for f in self.findings if f.severity != "error"]
 
-    def rejection(self) -> str:
-        """One message listing every problem, as the API server shows it."""
-        lines = [f.message for f in self.errors]
+    def rejection(self, extra: Sequence[Finding] = ()) -> str:
+        """One message listing every problem (the rules' and `extra`, e.g. the author's rights), as kubectl shows it."""
+        lines = [f.message for f in (*self.errors, *extra)]
         return f"{len(lines)} problem(s) with this GLMDeployment:\n" + "\n".join(f"- {line}" for line in lines)
 
 
@@ -65,7 +67,7 @@ def evaluate(obj: dict[str, Any], catalogs: Catalogs) -> list[Finding]:
         return schema_findings(err)
     ctx = resolve(parsed.spec, catalogs, owned_env(obj))
     findings: list[Finding] = image_policy_findings(ctx)
-    for check in (*FEASIBILITY_CHECKS, *NETWORK_CHECKS, *POD_SETTINGS_CHECKS, *STORAGE_CHECKS):
+    for check in (*FEASIBILITY_CHECKS, *NETWORK_CHECKS, *POD_SETTINGS_CHECKS, *STORAGE_CHECKS, *ACCESS_CHECKS):
         findings.extend(check(ctx))
     for rule in KNOWN_ISSUES:
         findings.extend(rule.findings(ctx))
