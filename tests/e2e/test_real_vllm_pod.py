@@ -19,9 +19,13 @@ What differs from a GPU cluster, and why (each difference is in the objects this
   offline; `--enforce-eager` (spec.engine.extraArgs: no torch.compile at start-up on 2 shared cores);
   VLLM_CPU_KVCACHE_SPACE (spec.engine.env); a 1 GiB /dev/shm (spec.pod.shmSize).
 - One rendered flag cannot run here: --tensor-parallel-size 8 (the tiny model has 2 attention heads; one CPU
-  process serves it). A `vllm` ahead of the image's on PATH (a ConfigMap through spec.pod.volumes, PATH through
-  spec.engine.env) sets it to 1, says so in the pod's log, and runs the image's `vllm` with every other argument
-  as the operator rendered it.
+  process serves it). A `vllm` mounted over the image's (a ConfigMap key through spec.pod.volumes and a subPath
+  mount: PATH in spec.engine.env is refused at admission, it picks which binary runs) sets it to 1, says so in the
+  pod's log, and runs the image's own launcher, kept beside it in the ConfigMap, with every other argument as the
+  operator rendered it.
+- The node cache is a directory of the test's, so the operator runs with its access policy's
+  podPolicy.nodeCacheDirectories set to it (GLMOPS_ACCESS_POLICY, the chart's value), as a cluster administrator
+  allows a node directory.
 
 Not part of `make test`: `make realvllm-pod-test` runs it (the image build and import take minutes; README).
 """
@@ -81,6 +85,8 @@ ACCELERATOR = load_accelerators().get(SPEC["spec"]["accelerator"]["type"])
 IMAGE_USER = 65532  # images/vllm-cpu/Dockerfile
 ARCHIVE_LABEL = "dev.glmops.imported-from"
 LAUNCHER_DIR = "/opt/glmops-cpu-test/bin"
+IMAGE_VLLM = "/opt/vllm/bin/vllm"  # the image's own launcher (images/vllm-cpu/vllm), first on the image's PATH
+IMAGE_LAUNCHER_KEY = "image-vllm"  # a copy of it in the ConfigMap, which the test's launcher hands over to
 TP_FLAG = "--tensor-parallel-size"
 TP_VALUE, TP_REASON = REPLACED[TP_FLAG][0], REPLACED[TP_FLAG][1]
 # The shell the image's Debian base ships (dash): the rendered arguments, the one CPU adaptation, the image's vllm.
@@ -104,7 +110,7 @@ while [ "$n" -gt 0 ]; do
   set -- "$@" "$arg"
 done
 [ -n "$found" ] || {{ echo "glmops CPU test launcher: the rendered command has no {TP_FLAG}" >&2; exit 64; }}
-exec /opt/vllm/bin/vllm "$@"
+exec /opt/vllm/bin/python3 {LAUNCHER_DIR}/{IMAGE_LAUNCHER_KEY} "$@"
 """
 # Small GSM8K waves: every question in flight is a generation on 2 shared cores.
 CANARY = {"gsm8k": {"concurrency": 8}, "copyFidelity": {"trials": 1}}
@@ -208,13 +214,14 @@ def h200_stand_in(node: RealNode) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def operator(node: RealNode) -> Iterator[OperatorProcess]:
+def operator(node: RealNode, node_cache: Path) -> Iterator[OperatorProcess]:
     """The operator as a process beside the real-node cluster; its canaries reach pods on the node's bridge."""
     kubectl = node.kubectl
     kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     kubectl.run("wait", "--for=condition=Established", "crd/glmdeployments.glmops.dev", "--timeout=60s")
     cluster = Cluster(node.bin_dir, node.state_dir, kubectl.kubeconfig, kubectl)
-    process = OperatorProcess(cluster, name="operator-real-vllm-pod")
+    policy = {"podPolicy": {"nodeCacheDirectories": [str(node_cache)]}}  # what the chart's value would pass
+    process = OperatorProcess(cluster, {"GLMOPS_ACCESS_POLICY": json.dumps(policy)}, name="operator-real-vllm-pod")
     process.start()
     yield process
     process.stop()
@@ -242,16 +249,6 @@ def node_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _image_path(image: str) -> str:
-    env = subprocess.run(
-        ["podman", "image", "inspect", "--format", "{{json .Config.Env}}", image],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return next(v.removeprefix("PATH=") for v in json.loads(env.stdout) if v.startswith("PATH="))
-
-
 def cpu_manifest(namespace: str, image: str, cache: Path) -> dict[str, Any]:
     """SPEC with the CPU image's settings, each through a GLMDeployment field (module docstring)."""
     manifest = copy.deepcopy(SPEC)
@@ -260,10 +257,7 @@ def cpu_manifest(namespace: str, image: str, cache: Path) -> dict[str, Any]:
     spec["engine"] |= {
         "image": image,
         "extraArgs": ["--enforce-eager"],
-        "env": [
-            {"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"},
-            {"name": "PATH", "value": f"{LAUNCHER_DIR}:{_image_path(image)}"},
-        ],
+        "env": [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"}],
     }
     spec["modelCache"] = {"nodeCache": {"path": str(cache)}}
     spec["pod"] = {
@@ -271,7 +265,10 @@ def cpu_manifest(namespace: str, image: str, cache: Path) -> dict[str, Any]:
         "tolerations": [TOLERATION],
         "shmSize": "1Gi",
         "volumes": [{"name": "cpu-launcher", "configMap": {"name": "cpu-launcher", "defaultMode": 0o755}}],
-        "volumeMounts": [{"name": "cpu-launcher", "mountPath": LAUNCHER_DIR, "readOnly": True}],
+        "volumeMounts": [
+            {"name": "cpu-launcher", "mountPath": LAUNCHER_DIR, "readOnly": True},
+            {"name": "cpu-launcher", "mountPath": IMAGE_VLLM, "subPath": "vllm", "readOnly": True},
+        ],
     }
     spec["canary"] = CANARY
     return manifest
@@ -294,7 +291,7 @@ def served(
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": "cpu-launcher", "namespace": namespace},
-        "data": {"vllm": LAUNCHER},
+        "data": {"vllm": LAUNCHER, IMAGE_LAUNCHER_KEY: (REPO / "images" / "vllm-cpu" / "vllm").read_text()},
     }
     kubectl.apply(launcher)
     manifest = cpu_manifest(namespace, cpu_image[0], node_cache)
