@@ -46,9 +46,16 @@ class Admission:
         return [f for f in self.findings if f.severity != "error"]
 
     def rejection(self) -> str:
-        """One message listing every problem, as the API server shows it."""
-        lines = [f.message for f in self.errors]
-        return f"{len(lines)} problem(s) with this GLMDeployment:\n" + "\n".join(f"- {line}" for line in lines)
+        """One message listing every problem (the first MAX_LISTED of more), as the API server shows it."""
+        errors = self.errors
+        lines = [f"- {f.message}" for f in errors[:MAX_LISTED]]
+        if len(errors) > MAX_LISTED:
+            lines.append(f"- ... and {len(errors) - MAX_LISTED} more; fix these and apply again to see the rest")
+        return f"{len(errors)} problem(s) with this GLMDeployment:\n" + "\n".join(lines)
+
+
+MAX_LISTED = 100
+"""Problems one refusal lists: 100,000 empty volumes made a 24 MB message, each line saying the same."""
 
 
 def evaluate(obj: dict[str, Any], catalogs: Catalogs) -> list[Finding]:
