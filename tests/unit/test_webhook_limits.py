@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvloop
 
 from glm_operator.k8s.admission_review import MAX_BODY_BYTES
 from glm_operator.k8s.webhook_limits import ConnectionLimits
@@ -94,7 +95,12 @@ async def _serving(server: GuardedWebhookServer) -> AsyncGenerator[int]:
         yield int(config["url"].rsplit(":", 1)[1].split("/")[0])
 
 
-def _serve_while(tmp_path: Path, scenario: Callable[[int], Awaitable[None]], limits: ConnectionLimits = LIMITS) -> None:
+def _serve_while(
+    tmp_path: Path,
+    scenario: Callable[[int], Awaitable[None]],
+    limits: ConnectionLimits = LIMITS,
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> None:
     (tmp_path / "tls.crt").write_bytes(SERVING.tls_cert)
     (tmp_path / "tls.key").write_bytes(SERVING.tls_key)
     server = GuardedWebhookServer(
@@ -113,7 +119,8 @@ def _serve_while(tmp_path: Path, scenario: Callable[[int], Awaitable[None]], lim
         finally:
             await served.aclose()
 
-    asyncio.run(run())
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(run())
 
 
 def test_a_connection_that_never_finishes_its_headers_is_answered_408_and_closed(tmp_path: Path) -> None:
@@ -165,21 +172,40 @@ def test_a_kept_alive_connection_is_closed_once_idle(tmp_path: Path) -> None:
     _serve_while(tmp_path, scenario)
 
 
-def test_connections_over_the_cap_get_503_and_the_next_after_one_closes_is_served(tmp_path: Path) -> None:
+def _busy(port: int) -> ssl.SSLSocket:
+    """A connection whose request is being served: headers in, its body still to come."""
+    tls = _connect(port)
+    tls.sendall(_request(b'{"kind": ', length=1000))
+    return tls
+
+
+def test_at_the_cap_the_oldest_waiting_connection_makes_room_for_a_new_one(tmp_path: Path) -> None:
     async def scenario(port: int) -> None:
         held = [await asyncio.to_thread(_connect, port) for _ in range(LIMITS.max_connections)]
-        try:
-            await asyncio.sleep(0.1)  # the server has counted them (their handshakes are done)
-            over = await asyncio.to_thread(_connect, port)
-            with over:
-                answer = await asyncio.to_thread(_closed_by_server, over)
-            assert answer.startswith(b"HTTP/1.1 503") and b"too many open connections" in answer
-        finally:
-            held.pop().close()
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # the server has counted them (their handshakes are done)
         status, body = await asyncio.to_thread(_post, port, VALID)
         assert status == 200 and json.loads(body)["response"]["allowed"] is True
+        oldest = await asyncio.to_thread(_closed_by_server, held[0])
+        assert oldest.startswith(b"HTTP/1.1 503") and b"to make room for another" in oldest
         for tls in held:
+            tls.close()
+
+    _serve_while(tmp_path, scenario)
+
+
+def test_when_every_connection_is_serving_a_request_one_more_gets_503(tmp_path: Path) -> None:
+    async def scenario(port: int) -> None:
+        busy = [await asyncio.to_thread(_busy, port) for _ in range(LIMITS.max_connections)]
+        await asyncio.sleep(0.2)
+        over = await asyncio.to_thread(_connect, port)
+        with over:
+            answer = await asyncio.to_thread(_closed_by_server, over)
+        assert answer.startswith(b"HTTP/1.1 503") and b"too many open connections" in answer
+        busy.pop().close()
+        await asyncio.sleep(0.1)
+        status, _ = await asyncio.to_thread(_post, port, VALID)
+        assert status == 200
+        for tls in busy:
             tls.close()
 
     _serve_while(tmp_path, scenario)
@@ -232,3 +258,32 @@ def test_the_limits_are_read_from_the_environment() -> None:
     server = webhook_server_from_env({"GLMOPS_WEBHOOK_MAX_CONNECTIONS": "7", "GLMOPS_WEBHOOK_IDLE_SECONDS": "2.5"})
     assert server is not None
     assert server.guard.limits == ConnectionLimits(max_connections=7, idle_seconds=2.5)
+
+
+@pytest.mark.parametrize("make_loop", [asyncio.new_event_loop, uvloop.new_event_loop], ids=["asyncio", "uvloop"])
+def test_the_deadlines_and_the_cap_hold_on_the_loop_kopf_runs_on(
+    tmp_path: Path, make_loop: Callable[[], asyncio.AbstractEventLoop]
+) -> None:
+    """`kopf run` runs on uvloop when it is installed (the operator's image): its TLS and protocol calls differ."""
+
+    def slow(port: int) -> bytes:
+        with _connect(port) as tls:
+            tls.sendall(b"POST /glmops-validate HTTP/1.1\r\n")
+            return _closed_by_server(tls)
+
+    async def scenario(port: int) -> None:
+        busy = [await asyncio.to_thread(_busy, port) for _ in range(LIMITS.max_connections)]
+        await asyncio.sleep(0.2)
+        with await asyncio.to_thread(_connect, port) as over:
+            assert (await asyncio.to_thread(_closed_by_server, over)).startswith(b"HTTP/1.1 503")
+        for tls in busy:
+            tls.close()
+        await asyncio.sleep(0.1)
+        waiting = await asyncio.to_thread(_connect, port)
+        with waiting:  # the header deadline closes it
+            assert (await asyncio.to_thread(_closed_by_server, waiting)).startswith(b"HTTP/1.1 408")
+        assert (await asyncio.to_thread(slow, port)).startswith(b"HTTP/1.1 408")
+        status, _ = await asyncio.to_thread(_post, port, VALID)
+        assert status == 200
+
+    _serve_while(tmp_path, scenario, loop_factory=make_loop)

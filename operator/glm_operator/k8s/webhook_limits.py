@@ -3,7 +3,9 @@
 aiohttp bounds neither the time a new connection may take to send its headers nor how many connections are open,
 and asyncio gives a TLS handshake 60 s. Each connection here is wrapped (`GuardedProtocol`) so that:
 
-- at most `max_connections` past their TLS handshake are open; one more is answered 503 and closed at once;
+- at most `max_connections` past their TLS handshake are open; when one more arrives, the oldest connection no
+  request is being served on (still sending its headers, or idle between requests) is answered 503 and closed to
+  make room, and only when every connection is serving a request is the newcomer answered 503;
 - the handshake must finish within `handshake_seconds` (asyncio's own limit, set on the listening socket);
 - a request's headers must be complete within `header_seconds` of its first byte (of the connection, for the
   first one), or the connection is answered 408 and closed;
@@ -16,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import aiohttp.web
 
@@ -69,9 +71,24 @@ class ConnectionGuard:
         self.open: dict[asyncio.BaseTransport, GuardedProtocol] = {}
         self.refused_busy = 0
         self.cut_slow = 0
+        self.evicted = 0
 
     def protocol_factory(self, inner_factory: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         return lambda: GuardedProtocol(self, inner_factory())
+
+    def evict_one(self) -> bool:
+        """Close the oldest connection no request is being served on, to make room for a new one; False if none.
+
+        Without it, connections that trickle their headers would hold every slot until their deadlines, and
+        the API server's next connection would get 503; with it, they are the ones that go.
+        """
+        waiting = next((g for g in self.open.values() if g.busy == 0), None)
+        if waiting is None or waiting.transport is None:
+            return False
+        self.evicted += 1
+        self.open.pop(waiting.transport, None)
+        waiting.cut_off(b"glmops webhook: connection closed to make room for another\n", _BUSY)
+        return True
 
     def request_started(self, transport: asyncio.BaseTransport | None) -> None:
         """The handler got a request on `transport`: its headers are in, the header deadline is off."""
@@ -98,13 +115,13 @@ class GuardedProtocol(asyncio.Protocol):
         self.counted = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)  # noqa: S101 (a stream server's transports are)
-        self.transport = transport
-        if len(self.guard.open) >= self.guard.limits.max_connections:
+        # A stream transport (uvloop's does not subclass asyncio's, so it is not checked with isinstance).
+        self.transport = cast(asyncio.Transport, transport)
+        if len(self.guard.open) >= self.guard.limits.max_connections and not self.guard.evict_one():
             self.guard.refused_busy += 1
             text = b"glmops webhook: too many open connections, retry\n"
-            transport.write(_BUSY % (len(text), text))
-            transport.close()
+            self.transport.write(_BUSY % (len(text), text))
+            self.transport.close()
             return
         self.counted = True
         self.guard.open[transport] = self
@@ -149,9 +166,14 @@ class GuardedProtocol(asyncio.Protocol):
         if self.busy or self.transport is None or self.transport.is_closing():
             return
         self.guard.cut_slow += 1
-        text = b"glmops webhook: request headers not received in time\n"
-        self.transport.write(_SLOW % (len(text), text))
-        self.transport.close()
+        self.cut_off(b"glmops webhook: request headers not received in time\n", _SLOW)
+
+    def cut_off(self, text: bytes, response: bytes) -> None:
+        """Answer `response` with `text` and close; its slot is free at once."""
+        self.disarm()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(response % (len(text), text))
+            self.transport.close()
 
 
 class GuardedSite(aiohttp.web.TCPSite):
