@@ -13,6 +13,7 @@ from glm_operator.api.constants import REPAIR_WEBHOOK_ID, VALIDATE_WEBHOOK_ID
 from glm_operator.handlers.runtime import runtime
 from glm_operator.k8s.webhooks import decide
 from glm_operator.rules.engine import REMEDIATIONS_ANNOTATION, Admission, admit
+from glm_operator.rules.findings import clip
 
 log = logging.getLogger(__name__)
 OPERATIONS: list[Literal["CREATE", "UPDATE"]] = ["CREATE", "UPDATE"]
@@ -24,7 +25,7 @@ async def _admit(body: kopf.Body, memo: kopf.Memo) -> Admission:
         return await decide(admit, dict(body), runtime(memo).catalogs.get())
     except Exception as err:  # noqa: BLE001 (the API server must get a clear 4xx, not a stack trace)
         log.exception("rules engine failed on %s", body.get("metadata", {}).get("name"))
-        raise kopf.AdmissionError(f"glmops could not evaluate this GLMDeployment: {err}", code=422) from err
+        raise kopf.AdmissionError(f"glmops could not evaluate this GLMDeployment: {clip(str(err))}", code=422) from err
 
 
 # The admission handlers are coroutines on purpose: kopf runs plain functions in the thread pool its reconciles
