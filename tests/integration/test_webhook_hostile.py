@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import TEST_WEBHOOK_PORT, OperatorProcess
 from tests.support.cluster import Cluster, Kubectl
-from tests.support.hostile_reviews import HOSTILE, JSON, VALID, refusal_status
+from tests.support.hostile_reviews import HOSTILE, JSON, VALID, refusal_status, review
 
 pytestmark = pytest.mark.cluster
 PORT = int(TEST_WEBHOOK_PORT)
@@ -71,6 +71,29 @@ def test_hostile_requests_get_a_4xx_and_the_operator_keeps_admitting(
     new_log = operator.log()[log_before:]
     assert "Traceback" not in new_log, new_log[-3000:]
     assert new_log.count("webhook refused a request") >= len(HOSTILE), "each refusal is one log line"
+
+
+def test_a_secret_flag_and_a_forged_log_line_never_reach_the_operator_log_or_the_refusal(
+    cluster: Cluster, operator: OperatorProcess
+) -> None:
+    """Straight to the port (the API server would refuse such a name): kopf's own logging of the review included."""
+    secret = f"sk-live-{time.monotonic_ns()}"
+    forged = "[2026-12-02 17:00:00,000] kopf.objects [INFO    ] [default/victim] Handler 'x' succeeded."
+    obj = json.loads(VALID)["request"]["object"]
+    obj["metadata"]["name"] = f"evil\n{forged}"
+    obj["spec"]["engine"] = {"extraArgs": [f"--api_key={secret}", "--api-key", secret]}
+    log_before = len(operator.log())
+    for path in ("/glmops-repair", "/glmops-validate"):
+        status, body = post(cluster, path, json.dumps(review(obj)).encode())
+        assert status == 200 and secret not in body.decode(), body[:500]
+    answer = json.loads(body)["response"]
+    assert (
+        answer["allowed"] is False and "spec.engine.extraArgs[0]: --api_key=<redacted>" in answer["status"]["message"]
+    )
+    time.sleep(1)  # kopf logs the outcome as it answers; let the pipe catch up
+    new_log = operator.log()[log_before:]
+    assert secret not in new_log
+    assert not any(line.startswith(forged) for line in new_log.splitlines()), "a name forged a log line"
 
 
 def test_a_body_that_never_arrives_is_cut_off_with_408(cluster: Cluster, operator: OperatorProcess) -> None:
