@@ -22,9 +22,16 @@ import pytest
 import uvloop
 
 from glm_operator.k8s.admission_review import MAX_BODY_BYTES
+from glm_operator.k8s.webhook_certs import CertificateSource
 from glm_operator.k8s.webhook_limits import ConnectionLimits
-from glm_operator.k8s.webhooks import GuardedWebhookServer, decide, webhook_server_from_env
-from glm_operator.render.webhook_certs import generate
+from glm_operator.k8s.webhooks import (
+    GuardedWebhookServer,
+    SecretWebhookServer,
+    decide,
+    webhook_answers,
+    webhook_server_from_env,
+)
+from glm_operator.render.webhook_certs import WebhookCertificates, generate
 from tests.support.hostile_reviews import JSON, VALID, review, valid_object
 
 LIMITS = ConnectionLimits(max_connections=3, handshake_seconds=1.0, header_seconds=0.5, idle_seconds=1.0)
@@ -287,3 +294,45 @@ def test_the_deadlines_and_the_cap_hold_on_the_loop_kopf_runs_on(
         assert status == 200
 
     _serve_while(tmp_path, scenario, loop_factory=make_loop)
+
+
+def test_the_charts_server_serves_through_the_same_guard_and_stays_ready(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SecretWebhookServer (the chart's mode) runs the guarded serving loop too; its certificate comes from here."""
+    source = CertificateSource("glmops-system", "glmops-webhook-cert", "glmops-webhook", True, None, None)
+    serving = generate(source.dns_names, datetime.datetime.now(datetime.UTC))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = SecretWebhookServer(
+        source=source, resync_seconds=3600, readiness_port=None, addr="127.0.0.1", port=port, limits=LIMITS
+    )
+
+    async def issued() -> WebhookCertificates:
+        return serving
+
+    monkeypatch.setattr(server, "_initial_certificates", issued)
+
+    def context() -> ssl.SSLContext:
+        made = ssl.create_default_context(cadata=serving.ca_bundle.decode())
+        made.check_hostname = False
+        return made
+
+    def slow(port: int) -> bytes:
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+        with context().wrap_socket(raw, server_hostname=source.dns_names[2]) as tls:
+            tls.sendall(b"POST /glmops-validate HTTP/1.1\r\n")
+            return _closed_by_server(tls)
+
+    async def run() -> None:
+        served = server(_answer)
+        config = await anext(served)
+        assert config["service"]["name"] == "glmops-webhook"
+        try:
+            assert await webhook_answers(port, serving, source.dns_names[2], "127.0.0.1") == ""
+            assert (await asyncio.to_thread(slow, port)).startswith(b"HTTP/1.1 408")
+        finally:
+            await served.aclose()
+
+    asyncio.run(run())
