@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from glm_operator.k8s.admission_review import MAX_BODY_BYTES
 from tests.support.builders import GLMDeploymentBuilder
 
 JSON = "application/json"
@@ -60,6 +61,18 @@ def _metadata(value: Any) -> bytes:
     return json.dumps(review(obj)).encode()
 
 
+def refusal_status(http_status: int, body: bytes) -> int:
+    """The status an answer refuses with: its HTTP status, or the code of an AdmissionReview denial (HTTP 200).
+
+    A refused body that starts as the API server's reviews do is answered with a denial carrying its uid, so the
+    API server shows the reason to the user whatever the failurePolicy (`k8s/admission_review.py`).
+    """
+    if http_status != 200:
+        return http_status
+    response = json.loads(body).get("response", {})
+    return 200 if response.get("allowed") else int(response.get("status", {}).get("code", 0))
+
+
 @dataclass(frozen=True)
 class Hostile:
     name: str
@@ -70,6 +83,13 @@ class Hostile:
 
 
 VALID = json.dumps(review(valid_object())).encode()
+
+
+def _empty_objects(size: int) -> bytes:
+    """A review as the API server sends one, of `size` bytes or so, its object's spec.pod.volumes all `{}`."""
+    head, tail = VALID.split(b'"spec": {', 1)
+    count = max(1, (size - len(VALID)) // 3)
+    return head + b'"spec": {"pod": {"volumes": [' + b",".join([b"{}"] * count) + b"]}, " + tail
 
 
 def post_valid(
@@ -110,6 +130,9 @@ HOSTILE: list[Hostile] = [
     Hostile("100-levels-in-spec", VALID.replace(b'"tensor": 8', b'"tensor": ' + b"[" * 100 + b"]" * 100), 400),
     Hostile("not-utf8", b'{"kind": "\xff\xfe"}', 400),
     Hostile("oversized", b'{"a": "' + b"x" * (5 * 1024 * 1024) + b'"}', 413),
+    Hostile("4-mib-of-empty-objects", _empty_objects(4 * 1024 * 1024), 413),
+    Hostile("over-the-bound", VALID.replace(b'"tensor": 8', b'"tensor": 8' + b" " * MAX_BODY_BYTES), 413),
+    Hostile("60000-empty-objects-within-the-bound", _empty_objects(60_000 * 3), 413),
     Hostile("text-plain", VALID, 415, content_type="text/plain"),
     Hostile("form", VALID, 415, content_type="application/x-www-form-urlencoded"),
     Hostile("unknown-path", VALID, 404, path="/anything"),

@@ -324,12 +324,21 @@ def _budget(helm: str, *sets: str) -> dict[str, Any] | None:
 
 
 def test_one_replica_gets_no_budget_and_two_get_one_pod_at_a_time(helm: str) -> None:
-    assert _budget(helm) is None
-    assert _budget(helm, "podDisruptionBudget.minAvailable=1") is None, "it would block every drain"
-    budget = _budget(helm, "replicas=2")
+    assert _budget(helm, "replicas=1") is None
+    assert _budget(helm, "replicas=1", "podDisruptionBudget.minAvailable=1") is None, "it would block every drain"
+    budget = _budget(helm)
     assert budget is not None and budget["spec"]["maxUnavailable"] == 1 and "minAvailable" not in budget["spec"]
-    deployment = _objects(helm, "replicas=2")["Deployment/glmops"]
+    deployment = _objects(helm)["Deployment/glmops"]
     assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+
+
+def test_two_replicas_by_default_each_preferring_a_node_of_its_own(helm: str) -> None:
+    deployment = _objects(helm)["Deployment/glmops"]
+    assert deployment["spec"]["replicas"] == 2
+    preferred = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert preferred["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["topologyKey"] == (
+        "kubernetes.io/hostname"
+    )
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ import pytest
 
 from glm_operator.rules.context import Catalogs
 from glm_operator.rules.engine import evaluate
+from glm_operator.rules.findings import redact
 from tests.support.builders import GLMDeploymentBuilder as B
 
 CATALOGS = Catalogs.packaged()
@@ -182,7 +183,7 @@ def extra_args_errors(b: B) -> list[str]:
 )
 def test_an_extra_arg_that_would_hide_the_server_from_its_gate_is_refused_with_a_fix(arg: str, fix: str) -> None:
     (message,) = extra_args_errors(B().accelerator("H200").tensor(8).set("spec.engine.extraArgs", ["--seed=1", arg]))
-    assert message.startswith(f"spec.engine.extraArgs[1]: {arg}: --")
+    assert message.startswith(f"spec.engine.extraArgs[1]: {redact(arg)}: --")  # --api-key=<redacted>: no secret
     assert fix in message and message.endswith(".")
 
 

@@ -13,20 +13,22 @@ from glm_operator.api import GROUP, PLURAL, VERSION
 from glm_operator.api.constants import REPAIR_WEBHOOK_ID, VALIDATE_WEBHOOK_ID
 from glm_operator.handlers.runtime import runtime
 from glm_operator.k8s.access import AccessCheckFailed, denied
+from glm_operator.k8s.webhooks import decide
 from glm_operator.rules.access import new_access_needs
 from glm_operator.rules.engine import REMEDIATIONS_ANNOTATION, Admission, admit
+from glm_operator.rules.findings import clip
 
 log = logging.getLogger(__name__)
 OPERATIONS: list[Literal["CREATE", "UPDATE"]] = ["CREATE", "UPDATE"]
 
 
-def _admit(body: kopf.Body, memo: kopf.Memo) -> Admission:
-    """Evaluate the rules; an unexpected failure is reported as a 4xx admission error, never a 500."""
+async def _admit(body: kopf.Body, memo: kopf.Memo) -> Admission:
+    """Evaluate the rules (a large review off the event loop); an unexpected failure is a 4xx, never a 500."""
     try:
-        return admit(dict(body), runtime(memo).catalogs.get())
+        return await decide(admit, dict(body), runtime(memo).catalogs.get())
     except Exception as err:  # noqa: BLE001 (the API server must get a clear 4xx, not a stack trace)
         log.exception("rules engine failed on %s", body.get("metadata", {}).get("name"))
-        raise kopf.AdmissionError(f"glmops could not evaluate this GLMDeployment: {err}", code=422) from err
+        raise kopf.AdmissionError(f"glmops could not evaluate this GLMDeployment: {clip(str(err))}", code=422) from err
 
 
 # The admission handlers are coroutines on purpose: kopf runs plain functions in the thread pool its reconciles
@@ -34,7 +36,7 @@ def _admit(body: kopf.Body, memo: kopf.Memo) -> Admission:
 # reconcile scale). The rules take about a millisecond; the catalogs are cached (a ConfigMap read every TTL).
 async def repair(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
     """Apply Auto remedies to settings the user left unset, and say so in kubectl's warnings."""
-    result = _admit(body, memo)
+    result = await _admit(body, memo)
     if not result.allowed or not result.changes:
         return  # the validating webhook reports every problem in one message
     patch.spec["engine"] = result.patched["spec"]["engine"]
@@ -48,7 +50,7 @@ async def validate(
     body: kopf.Body, userinfo: kopf.UserInfo, warnings: list[str], memo: kopf.Memo, **kwargs: Any
 ) -> None:
     """Refuse a GLMDeployment that would serve wrong answers or exceed its author's rights, every problem at once."""
-    result = _admit(body, memo)
+    result = await _admit(body, memo)
     warnings.extend(f.message for f in result.findings if f.severity == "warning")
     old = kwargs.get("old")  # the stored object, on an update
     policy = runtime(memo).catalogs.get().access_policy

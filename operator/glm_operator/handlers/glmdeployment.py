@@ -26,6 +26,7 @@ from glm_operator.k8s import objects
 from glm_operator.k8s.client import API_UNREACHABLE, refusal
 from glm_operator.k8s.imagebuild import ensure_glmimage
 from glm_operator.planner.deployment import Observed, Outcome, image_request, plan
+from glm_operator.rules.findings import redact
 
 API_RETRY_S = 5  # an API server restart takes seconds; kopf's default retry after a failure is 60 s
 KIND = "GLMDeployment"
@@ -245,10 +246,11 @@ def _succeeded(context: Runtime, key: tuple[str, str], deleted: tuple[str, ...],
 
 
 def _failure(error: BaseException) -> str:
-    """A failed refresh's error in one bounded line (an API error's whole response would carry its headers)."""
+    """A failed refresh's error in one bounded line, secret-like values redacted (the API server's message may quote
+    the rendered command line or env); an API error's whole response would carry its headers."""
     if isinstance(error, kubernetes.client.ApiException):
-        return f"{type(error).__name__}: {refusal(error)}"
-    return f"{type(error).__name__}: {error}"[:FAILURE_CHARS]
+        return redact(f"{type(error).__name__}: {refusal(error)}")
+    return redact(f"{type(error).__name__}: {error}"[:FAILURE_CHARS])
 
 
 def _retry_later(

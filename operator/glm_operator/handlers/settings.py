@@ -13,6 +13,7 @@ import kopf
 
 from glm_operator.api.constants import MANAGED, SERVING, selector
 from glm_operator.handlers.runtime import REGISTRATION, Runtime
+from glm_operator.k8s import logs
 from glm_operator.k8s.metrics import serve_metrics
 from glm_operator.k8s.webhooks import SecretWebhookServer, webhook_server_from_env
 
@@ -44,6 +45,7 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.startup(id="glmops-settings")
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """Build the runtime context; keep kopf's progress in glmops.dev/ annotations; our finalizer; webhooks."""
+    logs.install()  # one line per record, secret-like values redacted, in the log and in Events
     try:
         logging.getLogger().setLevel(log_level(os.environ))
         memo.runtime = Runtime.from_env(os.environ).sharing_state_of(getattr(memo, "runtime", None))

@@ -13,22 +13,33 @@ handshake, and with GLMOPS_WEBHOOK_CLIENT_NAMES only those with one of its names
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import contextvars
 import logging
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp.web
 import kopf
 
 from glm_operator.api import GROUP, PLURAL, VERSION
 from glm_operator.api.constants import REPAIR_WEBHOOK_ID, VALIDATE_WEBHOOK_ID
-from glm_operator.k8s.admission_review import MAX_BODY_BYTES, Refusal, check_request_line, parse_review
+from glm_operator.k8s.admission_review import (
+    MAX_BODY_BYTES,
+    Refusal,
+    check_request_line,
+    parse_review,
+    refusal_review,
+    too_large,
+)
 from glm_operator.k8s.webhook_certs import CertificateSource, sync_certificates_async
 from glm_operator.k8s.webhook_client_auth import ClientAuth
+from glm_operator.k8s.webhook_limits import ConnectionGuard, ConnectionLimits, GuardedSite
 from glm_operator.render.webhook_certs import WebhookCertificates, not_after
 
 log = logging.getLogger(__name__)
@@ -36,6 +47,20 @@ WEBHOOK_IDS = frozenset({REPAIR_WEBHOOK_ID, VALIDATE_WEBHOOK_ID})
 RESOURCES = frozenset({(GROUP, VERSION, PLURAL)})
 BODY_TIMEOUT_SECONDS = 10.0
 """The API server sends a review in one go; a client that trickles its body is cut off (408)."""
+INLINE_BYTES = 64 * 1024
+"""A review up to this size is parsed and decided on the event loop (about a millisecond); a larger one in
+LARGE_REVIEWS, so that it never holds the small ones behind it."""
+LARGE_REVIEWS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="glmops-large-review")
+"""Not kopf's pool, where reconciles block: one thread, so large reviews queue behind each other, not the rest."""
+_LARGE_REVIEW = contextvars.ContextVar("glmops_large_review", default=False)
+T = TypeVar("T")
+
+
+async def decide(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` inline for the review being served, or in LARGE_REVIEWS when that review is large."""
+    if not _LARGE_REVIEW.get():
+        return fn(*args)
+    return await asyncio.get_running_loop().run_in_executor(LARGE_REVIEWS, fn, *args)
 
 
 class GuardedWebhookServer(kopf.WebhookServer):
@@ -46,9 +71,49 @@ class GuardedWebhookServer(kopf.WebhookServer):
     handshake requires a client certificate from its CA, and a certificate without an allowed name gets a 403.
     """
 
-    def __init__(self, *, client_auth: ClientAuth | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *, client_auth: ClientAuth | None = None, limits: ConnectionLimits | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.client_auth = client_auth
+        self.guard = ConnectionGuard(limits or ConnectionLimits())
+
+    async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
+        """kopf's serving loop, with the connection guard's site (`k8s/webhook_limits.py`) in place of aiohttp's."""
+
+        async def serve(request: aiohttp.web.Request) -> aiohttp.web.Response:
+            return await self._serve(fn, request)
+
+        while True:
+            cadata, context = self._build_ssl()
+            app = aiohttp.web.Application()
+            path = self.path.rstrip("/") if self.path else ""
+            app.add_routes([aiohttp.web.post(f"{path}/{{id:.*}}", serve)])
+            runner = aiohttp.web.AppRunner(
+                app, handle_signals=False, keepalive_timeout=self.guard.limits.idle_seconds, access_log=None
+            )
+            await runner.setup()
+            try:
+                port = self.port or self._allocate_free_port()
+                site = GuardedSite(
+                    runner,
+                    self.guard,
+                    host=self.addr or None,
+                    port=port,
+                    ssl_context=context,
+                    reuse_address=True,
+                    reuse_port=True,
+                )
+                await site.start()
+                schema = "http" if context is None else "https"
+                host = self.host or self.DEFAULT_HOST or self._get_accessible_addr(self.addr)
+                config = kopf.WebhookClientConfig(url=self._build_url(schema, host, port, self.path or ""))
+                if cadata is not None:
+                    config["caBundle"] = base64.b64encode(cadata).decode("ascii")
+                yield config
+                await self._WebhookServer__sleep_forever_or_until_ssl_files_change()  # type: ignore[attr-defined]
+            finally:
+                await runner.cleanup()
 
     def _build_ssl(self) -> tuple[bytes | None, ssl.SSLContext | None]:
         cadata, context = super()._build_ssl()
@@ -63,13 +128,32 @@ class GuardedWebhookServer(kopf.WebhookServer):
     ) -> aiohttp.web.Response:
         webhook = request.match_info.get("id", "")
         sslpeer = request.transport.get_extra_info("peercert") if request.transport else None
+        self.guard.request_started(request.transport)
+        try:
+            return await self._answer(fn, request, webhook, sslpeer)
+        finally:
+            self.guard.request_finished(request.transport)
+
+    async def _answer(
+        self, fn: kopf.WebhookFn, request: aiohttp.web.Request, webhook: str, sslpeer: Any
+    ) -> aiohttp.web.Response:
+        head = bytearray()
         try:
             if self.client_auth is not None and (refused := self.client_auth.refusal(sslpeer)):
                 raise Refusal(403, refused)  # before the body is read: a stranger's request is not parsed
             check_request_line(webhook, request.content_type, WEBHOOK_IDS)
-            review = parse_review(await _read_body(request), RESOURCES)
+            body = await _read_body(request, head)
+            large = len(body) > INLINE_BYTES
+            _LARGE_REVIEW.set(large)
+            if large:
+                review = await asyncio.get_running_loop().run_in_executor(LARGE_REVIEWS, parse_review, body, RESOURCES)
+            else:
+                review = parse_review(body, RESOURCES)
         except Refusal as refusal:
             log.warning("webhook refused a request from %s: %s", request.remote, refusal)
+            denial = refusal_review(bytes(head), refusal) if refusal.status in (400, 413) else None
+            if denial is not None:  # the API server's own review: a denial it shows the user, whatever the policy
+                return aiohttp.web.json_response(denial, headers={"Connection": "close"})
             return aiohttp.web.Response(status=refusal.status, text=refusal.message + "\n")
         headers = dict(request.headers)
         try:
@@ -81,18 +165,24 @@ class GuardedWebhookServer(kopf.WebhookServer):
         return aiohttp.web.json_response(response)
 
 
-async def _read_body(request: aiohttp.web.Request) -> bytes:
-    """The body, at most MAX_BODY_BYTES and within BODY_TIMEOUT_SECONDS."""
+async def _read_body(request: aiohttp.web.Request, head: bytearray) -> bytes:
+    """The body, at most MAX_BODY_BYTES and within BODY_TIMEOUT_SECONDS; its first KiB goes into `head` as it comes.
+
+    A body declared larger is refused before any of it is read; its head is then the first chunk already buffered.
+    """
     if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        raise Refusal(413, f"body larger than {MAX_BODY_BYTES // (1024 * 1024)} MiB")
+        head += request.content.read_nowait(1024)
+        raise too_large(request.content_length)
     chunks: list[bytes] = []
     size = 0
     try:
         async with asyncio.timeout(BODY_TIMEOUT_SECONDS):
             while chunk := await request.content.readany():
+                if len(head) < 1024:
+                    head += chunk[: 1024 - len(head)]
                 size += len(chunk)
                 if size > MAX_BODY_BYTES:
-                    raise Refusal(413, f"body larger than {MAX_BODY_BYTES // (1024 * 1024)} MiB")
+                    raise too_large(size)
                 chunks.append(chunk)
     except TimeoutError as err:
         raise Refusal(408, f"body not received within {BODY_TIMEOUT_SECONDS:g} s") from err
@@ -241,6 +331,7 @@ def webhook_server_from_env(env: Mapping[str, str]) -> GuardedWebhookServer | No
     addr = env.get("GLMOPS_WEBHOOK_ADDR", "0.0.0.0")  # noqa: S104
     port = int(env.get("GLMOPS_WEBHOOK_PORT", "9443"))
     client_auth = ClientAuth.from_env(env)  # GLMOPS_WEBHOOK_CLIENT_CA / _NAMES: a bad one stops the start-up
+    limits = ConnectionLimits.from_env(env)
     if env.get("GLMOPS_WEBHOOK_SECRET"):
         readiness = env.get("GLMOPS_READINESS_PORT")
         return SecretWebhookServer(
@@ -248,6 +339,7 @@ def webhook_server_from_env(env: Mapping[str, str]) -> GuardedWebhookServer | No
             resync_seconds=float(env.get("GLMOPS_WEBHOOK_CERT_RESYNC_SECONDS", "60")),
             readiness_port=int(readiness) if readiness else None,
             client_auth=client_auth,
+            limits=limits,
             addr=addr,
             port=port,
         )
@@ -259,4 +351,5 @@ def webhook_server_from_env(env: Mapping[str, str]) -> GuardedWebhookServer | No
         pkeyfile=env.get("GLMOPS_WEBHOOK_KEY") or None,
         cafile=env.get("GLMOPS_WEBHOOK_CA") or None,
         client_auth=client_auth,
+        limits=limits,
     )

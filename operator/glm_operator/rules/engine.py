@@ -9,7 +9,9 @@ webhooks, `glmctl validate` and the operator.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -21,7 +23,7 @@ from glm_operator.api.constants import Reason
 from glm_operator.rules.access import ACCESS_CHECKS
 from glm_operator.rules.context import Catalogs, resolve
 from glm_operator.rules.feasibility import FEASIBILITY_CHECKS
-from glm_operator.rules.findings import Change, Finding
+from glm_operator.rules.findings import REDACTED, Change, Finding, is_secret_name
 from glm_operator.rules.image_policy import image_policy_findings
 from glm_operator.rules.known_issues import KNOWN_ISSUES
 from glm_operator.rules.network import NETWORK_CHECKS
@@ -48,23 +50,34 @@ class Admission:
         return [f for f in self.findings if f.severity != "error"]
 
     def rejection(self, extra: Sequence[Finding] = ()) -> str:
-        """One message listing every problem (the rules' and `extra`, e.g. the author's rights), as kubectl shows it."""
-        lines = [f.message for f in (*self.errors, *extra)]
-        return f"{len(lines)} problem(s) with this GLMDeployment:\n" + "\n".join(f"- {line}" for line in lines)
+        """One message listing every problem (the rules' and `extra`, e.g. the author's rights; the first MAX_LISTED
+        of more), as the API server shows it."""
+        errors = [*self.errors, *extra]
+        lines = [f"- {f.message}" for f in errors[:MAX_LISTED]]
+        if len(errors) > MAX_LISTED:
+            lines.append(f"- ... and {len(errors) - MAX_LISTED} more; fix these and apply again to see the rest")
+        return f"{len(errors)} problem(s) with this GLMDeployment:\n" + "\n".join(lines)
+
+
+MAX_LISTED = 100
+"""Problems one refusal lists: 100,000 empty volumes made a 24 MB message, each line saying the same."""
 
 
 def evaluate(obj: dict[str, Any], catalogs: Catalogs) -> list[Finding]:
     """Every finding for one object, without changing it."""
     problems = structural.check(obj)
     if problems:
-        return [
-            Finding(rule="schema", severity="error", field=p.path, value=p.value, problem=p.problem, fix=p.fix)
-            for p in problems
-        ]
+        return hide_secret_env(
+            [
+                Finding(rule="schema", severity="error", field=p.path, value=p.value, problem=p.problem, fix=p.fix)
+                for p in problems
+            ],
+            obj,
+        )
     try:
         parsed = GLMDeployment.model_validate(structural.drop_nulls(obj))
     except ValidationError as err:
-        return schema_findings(err)
+        return hide_secret_env(schema_findings(err), obj)
     ctx = resolve(parsed.spec, catalogs, owned_env(obj))
     findings: list[Finding] = image_policy_findings(ctx)
     for check in (*FEASIBILITY_CHECKS, *NETWORK_CHECKS, *POD_SETTINGS_CHECKS, *STORAGE_CHECKS, *ACCESS_CHECKS):
@@ -72,6 +85,29 @@ def evaluate(obj: dict[str, Any], catalogs: Catalogs) -> list[Finding]:
     for rule in KNOWN_ISSUES:
         findings.extend(rule.findings(ctx))
     return findings
+
+
+_ENV_ITEM = re.compile(r"^spec\.engine\.env(?:\[(\d+)\]|\.(\d+))(?:\.|$)")
+
+
+def hide_secret_env(findings: list[Finding], obj: dict[str, Any]) -> list[Finding]:
+    """Schema findings quote the value they found; under an env entry whose name is secret-like, that goes.
+
+    `{"name": "HF_TOKEN", "value": 12345}` is refused for its type, and the message must not carry 12345.
+    """
+    env: Any = obj
+    for key in ("spec", "engine", "env"):
+        env = env.get(key) if isinstance(env, dict) else None
+    if not isinstance(env, list):
+        return findings
+    out = []
+    for f in findings:
+        match = _ENV_ITEM.match(f.field)
+        index = int(match[1] or match[2]) if match else -1
+        item = env[index] if 0 <= index < len(env) else None
+        secret = isinstance(item, dict) and is_secret_name(item.get("name"))
+        out.append(dataclasses.replace(f, value=REDACTED) if secret else f)
+    return out
 
 
 def schema_findings(err: ValidationError) -> list[Finding]:

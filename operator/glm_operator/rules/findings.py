@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -12,27 +13,67 @@ MAX_VALUE_CHARS = 200
 _MARKER_ROOM = 64  # a text already cut (value plus marker) is not cut again
 
 
+REDACTED = "<redacted>"
+_SECRET_WORD = r"(?:api[-_]?key|apikey|token|secret|passw(?:or)?d|credentials?|private[-_]?key|access[-_]?key|auth)"
+_SECRET_NAME = rf"(?:[a-z0-9]{{1,32}}[-_.]){{0,8}}{_SECRET_WORD}(?:[-_.][a-z0-9]{{1,32}}){{0,8}}"
+"""A name with a secret word as one of its parts: api-key, HF_TOKEN, aws_secret_access_key; not tokenizer."""
+_SECRET_FLAG = re.compile(
+    rf"(?ai)(?<![\w-])(--?{_SECRET_NAME})(?![\w])"  # a flag naming a secret: --api-key, --hf_token
+    r"(=|\s+|\"\s*,\s*\"|'\s*,\s*')"  # =VALUE, a space, or the next item of a JSON or Python list
+    r"(?!-)(\\?\"[^\"]{0,256}|'[^']{0,256}|[^\s\"',\]]+)"  # the value, to its closing quote if quoted
+)
+_SECRET_ENV = re.compile(
+    rf"(?ai)(?<![\w-])({_SECRET_NAME})(?![\w])"  # an env name: HF_TOKEN, AWS_SECRET_ACCESS_KEY
+    r"(=|\"\s*,\s*\"value\"\s*:\s*\"|'\s*,\s*'value'\s*:\s*')"  # NAME=VALUE, or {"name": NAME, "value": VALUE}
+    r"(\\?\"[^\"]{0,256}|'[^']{0,256}|[^\s\"',}]+)"
+)
+_SECRET_NAME_ONLY = re.compile(rf"(?ai){_SECRET_NAME}")
+
+
+def is_secret_name(name: object) -> bool:
+    """Whether a flag or env name says its value is a secret (HF_TOKEN, --api-key, DB_PASSWORD)."""
+    return isinstance(name, str) and _SECRET_NAME_ONLY.fullmatch(name.lstrip("-")) is not None
+
+
+REDACT_LOOKAHEAD = 320
+"""Characters past a cut still read for a secret's name or value, so a cut never keeps half of one."""
+REDACT_WINDOW = 4096
+"""Text a redaction reads: longer text is cut first (a message shows 200 characters of a value anyway)."""
+
+
+def redact(text: str, window: int = REDACT_WINDOW) -> str:
+    """`text` with the values of secret-like flags and env names replaced by <redacted>.
+
+    `--api-key=V`, `--api_key V`, `"--hf-token", "V"`, `HF_TOKEN=V`, `{"name": "HF_TOKEN", "value": "V"}`: the name
+    stays (it says what to fix), the value goes. Bounded: at most `window` characters are read and returned.
+    """
+    text = text[:window] if len(text) > window else text
+    return _SECRET_ENV.sub(rf"\1\2{REDACTED}", _SECRET_FLAG.sub(rf"\1\2{REDACTED}", text))
+
+
 def clip(text: str, limit: int = MAX_VALUE_CHARS) -> str:
-    """`text` as a message shows it: cut at `limit` characters with a marker saying how long it was."""
+    """`text` as a message shows it: secret-like values redacted, cut at `limit` characters with a marker."""
+    shown = redact(text)
     if len(text) <= limit + _MARKER_ROOM:
-        return text
-    return f"{text[:limit]}... (truncated, {len(text)} characters in all)"
+        return shown
+    return f"{shown[:limit]}... (truncated, {len(text)} characters in all)"
 
 
 def shown_json(value: Any, limit: int = MAX_VALUE_CHARS) -> str:
     """A value as JSON for a message, encoded only as far as `limit` (an alias-expanded list is never built whole)."""
     if isinstance(value, str):
         if len(value) <= limit + _MARKER_ROOM:
-            return json.dumps(value)
-        return f"{json.dumps(value[:limit])}... (truncated, {len(value)} characters in all)"
+            return redact(json.dumps(value))
+        return f"{redact(json.dumps(value[:limit]))}... (truncated, {len(value)} characters in all)"
     taken: list[str] = []
     total = 0
     for chunk in json.JSONEncoder(default=repr).iterencode(value):
         taken.append(chunk)
         total += len(chunk)
-        if total > limit:
-            return "".join(taken)[:limit] + "... (truncated)"
-    return "".join(taken)
+        if total > limit + REDACT_LOOKAHEAD:
+            return redact("".join(taken))[:limit] + "... (truncated)"
+    shown = redact("".join(taken))
+    return shown if total <= limit else shown[:limit] + "... (truncated)"
 
 
 @dataclass(frozen=True)
