@@ -50,6 +50,7 @@ REFUSED_SAMPLE = REPO / "samples" / "vllm-52833-broken.yaml"  # remediation: Rej
 ADMITTED_SAMPLE = REPO / "samples" / "baseline-h200-glm53-fp8.yaml"
 ADMITTED = "glm53-fp8-h200-tp8"
 VALUES: dict[str, Any] = {
+    "replicas": 1,  # one pod to follow through install; the upgrade test goes to the chart's default of two
     "image": {"pullPolicy": "Never"},  # imported into the node's containerd; there is no registry
     "nodeSelector": {TAINT_KEY: "true"},
     "tolerations": [TOLERATION],
