@@ -68,7 +68,7 @@ SPEC_COUNTERS = ("vllm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_nu
 async def smoke(client: OpenAIClient, samples: int) -> CheckResult:
     wrong = []
     for question, expected in SMOKE[:samples]:
-        content = str((await client.chat(question, max_tokens=512)).get("content") or "")
+        content = str((await client.chat(question, max_tokens=512))["message"].get("content") or "")
         if not content.strip() or last_integer(content) != expected:
             wrong.append(f"{question!r} -> {content[:40]!r}")
     asked = min(samples, len(SMOKE))
@@ -81,7 +81,7 @@ async def smoke(client: OpenAIClient, samples: int) -> CheckResult:
 async def null_content(client: OpenAIClient, samples: int, max_rate: float) -> CheckResult:
     empty = 0
     for i in range(samples):
-        message = await client.chat(NULL_PROMPTS[i % len(NULL_PROMPTS)], max_tokens=512)
+        message = (await client.chat(NULL_PROMPTS[i % len(NULL_PROMPTS)], max_tokens=512))["message"]
         if not str(message.get("content") or "").strip() and reasoning_of(message).strip():
             empty += 1
     rate = empty / samples
@@ -97,7 +97,7 @@ async def null_content(client: OpenAIClient, samples: int, max_rate: float) -> C
 async def copy_fidelity(client: OpenAIClient, trials: int) -> CheckResult:
     exact, first_error = 0, ""
     for _ in range(trials):
-        content = str((await client.chat(COPY_PROMPT, max_tokens=1024)).get("content") or "")
+        content = str((await client.chat(COPY_PROMPT, max_tokens=1024))["message"].get("content") or "")
         lines = [line.strip() for line in content.strip().splitlines() if line.strip()]
         if lines == COPY_ITEMS:
             exact += 1

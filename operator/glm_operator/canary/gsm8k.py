@@ -76,8 +76,8 @@ async def asker(client: OpenAIClient, shots: list[Item], chat: bool) -> Callable
         chat_template = await client.chat_template(max_tokens=512)
 
         async def ask_chat(item: Item) -> bool:
-            message = await client.chat_with(chat_template, item.question + CHAT_SUFFIX)
-            return last_integer(str(message.get("content") or "")) == item.label
+            choice = await client.chat_with(chat_template, item.question + CHAT_SUFFIX)
+            return last_integer(str(choice["message"].get("content") or "")) == item.label
 
         return ask_chat
     template = await client.completion_template(few_shot_head(shots), max_tokens=256, stop=STOP)

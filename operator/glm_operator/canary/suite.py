@@ -28,6 +28,8 @@ class SuiteInputs:
     only: tuple[str, ...] = SUITES
     # Suites a person asked for by name: one that cannot run is a failed check saying why, never dropped.
     asked: tuple[str, ...] = ()
+    # Why the server's /metrics could not be read, when it could not (a gateway in front of vLLM may not serve it).
+    metrics_error: str | None = None
 
 
 async def run_suite(
@@ -38,6 +40,8 @@ async def run_suite(
     for name, reason in _cannot_run(inputs).items():
         if name in inputs.asked:
             result.checks.append(CheckResult(name, False, None, None, f"asked for by name but cannot run: {reason}"))
+        elif name in inputs.only:
+            result.skipped[name] = reason
     before = checks.spec_counters(await client.metrics()) if spec_on else {}
 
     async def step(name: str) -> None:
@@ -87,6 +91,10 @@ def _cannot_run(inputs: SuiteInputs) -> dict[str, str]:
     }
     if cfg.logprob.enabled and cfg.logprob.reference is None:
         reasons["logprob"] = "no reference mean NLL for this model (spec.canary.logprob.reference)"
+    if inputs.metrics_error is not None:
+        reasons.setdefault(
+            "spec-decode", f"it reads the server's /metrics, which could not be read: {inputs.metrics_error}"
+        )
     if not inputs.speculative:
         reasons.setdefault(
             "spec-decode", "the server exports no vllm:spec_decode_* counters (speculative decoding is off)"
