@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from glm_operator.canary.client import OpenAIClient, reasoning_of
+from glm_operator.canary.degenerate import degenerate
 from glm_operator.canary.gsm8k import last_integer
 from glm_operator.canary.results import CheckResult
 
@@ -65,12 +68,25 @@ LOGPROB_TEXTS = [
 SPEC_COUNTERS = ("vllm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_accepted_tokens_total")
 
 
+def content_of(choice: dict[str, Any]) -> str:
+    return str(choice["message"].get("content") or "")
+
+
+def smoke_fault(choice: dict[str, Any], question: str, expected: str) -> str | None:
+    """Why a smoke answer is wrong, or None: the last number must be right and the answer not degenerate."""
+    content = content_of(choice)
+    why = degenerate(content, choice.get("finish_reason"), question)
+    if why is None and content.strip() and last_integer(content) == expected:
+        return None
+    return f"{question!r} -> {content[:40]!r}" + (f" ({why})" if why else "")
+
+
 async def smoke(client: OpenAIClient, samples: int) -> CheckResult:
     wrong = []
     for question, expected in SMOKE[:samples]:
-        content = str((await client.chat(question, max_tokens=512))["message"].get("content") or "")
-        if not content.strip() or last_integer(content) != expected:
-            wrong.append(f"{question!r} -> {content[:40]!r}")
+        fault = smoke_fault(await client.chat(question, max_tokens=512), question, expected)
+        if fault is not None:
+            wrong.append(fault)
     asked = min(samples, len(SMOKE))
     ok = asked - len(wrong)
     return CheckResult(
@@ -78,31 +94,51 @@ async def smoke(client: OpenAIClient, samples: int) -> CheckResult:
     )
 
 
+def null_kind(choice: dict[str, Any], question: str) -> str | None:
+    """ "null" for empty content with non-empty reasoning, why it is degenerate for a degenerate answer, else None."""
+    content = content_of(choice)
+    if not content.strip() and reasoning_of(choice["message"]).strip():
+        return "null"
+    return degenerate(content, choice.get("finish_reason"), question)
+
+
 async def null_content(client: OpenAIClient, samples: int, max_rate: float) -> CheckResult:
-    empty = 0
+    empty, degenerated = 0, []
     for i in range(samples):
-        message = (await client.chat(NULL_PROMPTS[i % len(NULL_PROMPTS)], max_tokens=512))["message"]
-        if not str(message.get("content") or "").strip() and reasoning_of(message).strip():
+        question = NULL_PROMPTS[i % len(NULL_PROMPTS)]
+        kind = null_kind(await client.chat(question, max_tokens=512), question)
+        if kind == "null":
             empty += 1
+        elif kind is not None:
+            degenerated.append(f"{question!r}: {kind}")
     rate = empty / samples
+    detail = f"{empty}/{samples} answers had empty content and non-empty reasoning"
+    if degenerated:
+        detail += f"; {len(degenerated)}/{samples} degenerate, e.g. {degenerated[0]}"
     return CheckResult(
-        "null-content",
-        rate <= max_rate,
-        rate,
-        max_rate,
-        f"{empty}/{samples} answers had empty content and non-empty reasoning",
+        "null-content", rate <= max_rate and len(degenerated) / samples <= max_rate, rate, max_rate, detail
     )
+
+
+def copy_fault(choice: dict[str, Any]) -> str | None:
+    """Why an answer is not an exact copy of the list, or None (line ends and surrounding blanks aside)."""
+    content = content_of(choice)
+    lines = [line.strip() for line in content.strip().splitlines() if line.strip()]
+    why = degenerate(content, choice.get("finish_reason"))
+    if why is None and lines == COPY_ITEMS:
+        return None
+    difference = _first_difference(lines) if lines != COPY_ITEMS else "every item right"
+    return f"{difference}" + (f"; {why}" if why else "")
 
 
 async def copy_fidelity(client: OpenAIClient, trials: int) -> CheckResult:
     exact, first_error = 0, ""
     for _ in range(trials):
-        content = str((await client.chat(COPY_PROMPT, max_tokens=1024))["message"].get("content") or "")
-        lines = [line.strip() for line in content.strip().splitlines() if line.strip()]
-        if lines == COPY_ITEMS:
+        fault = copy_fault(await client.chat(COPY_PROMPT, max_tokens=1024))
+        if fault is None:
             exact += 1
         elif not first_error:
-            first_error = _first_difference(lines)
+            first_error = fault
     return CheckResult(
         "copy",
         exact == trials,

@@ -2,7 +2,9 @@
 
 Prompt and scoring follow vLLM's gsm8k_eval: 5-shot "Question: ...\\nAnswer: ..." from the train split
 on /v1/completions, temperature 0, max_tokens 256, stop at "Question" and "Assistant:", score = the last
-integer of the output (commas stripped) equals the label. The chat variant scores `content` only.
+integer of the output (commas stripped) equals the label; an answer that is degenerate (`canary.degenerate`: cut
+at max_tokens, repeating, or echoing the question) is wrong whatever its last number. The chat variant scores
+`content` only.
 
 Questions are asked in waves of `concurrency` requests at once (vLLM answers a wave as one batch, in
 about the time of one question), and the answers are fed to the sequential probability ratio test of `canary.sprt` in
@@ -19,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from glm_operator.canary.client import OpenAIClient
+from glm_operator.canary.degenerate import degenerate
 from glm_operator.canary.gsm8k_data import Item
 from glm_operator.canary.results import CheckResult
 from glm_operator.canary.sprt import Sprt, SprtState
@@ -44,6 +47,11 @@ def few_shot_prompt(shots: list[Item], question: str) -> str:
 def last_integer(text: str) -> str | None:
     found = _INTEGER.findall(text or "")
     return found[-1].replace(",", "") if found else None
+
+
+def right(text: str, finish_reason: object, item: Item) -> bool:
+    """vLLM's scoring (the last integer is the label), and the answer not degenerate (`canary.degenerate`)."""
+    return last_integer(text) == item.label and degenerate(text, finish_reason, item.question) is None
 
 
 @dataclass(frozen=True)
@@ -77,14 +85,14 @@ async def asker(client: OpenAIClient, shots: list[Item], chat: bool) -> Callable
 
         async def ask_chat(item: Item) -> bool:
             choice = await client.chat_with(chat_template, item.question + CHAT_SUFFIX)
-            return last_integer(str(choice["message"].get("content") or "")) == item.label
+            return right(str(choice["message"].get("content") or ""), choice.get("finish_reason"), item)
 
         return ask_chat
     template = await client.completion_template(few_shot_head(shots), max_tokens=256, stop=STOP)
 
     async def ask(item: Item) -> bool:
         choice = await client.complete_with(template, question_prompt(item.question))
-        return last_integer(str(choice.get("text") or "")) == item.label
+        return right(str(choice.get("text") or ""), choice.get("finish_reason"), item)
 
     return ask
 
