@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from glm_operator.canary.client import OpenAIClient
 from glm_operator.canary.degenerate import degenerate
 from glm_operator.canary.gsm8k_data import Item
 from glm_operator.canary.results import CheckResult
-from glm_operator.canary.sprt import Sprt, SprtState
+from glm_operator.canary.sprt import Sprt
 
 STOP = ["Question", "Assistant:"]
+Question = TypeVar("Question")
+Outcome = TypeVar("Outcome")
+Fed = TypeVar("Fed", contravariant=True)
 CHAT_SUFFIX = "\nGive the final answer as a number."
 _INTEGER = re.compile(r"-?\d[\d,]*")
 
@@ -97,10 +100,21 @@ async def asker(client: OpenAIClient, shots: list[Item], chat: bool) -> Callable
     return ask
 
 
+class Decision(Protocol[Fed]):
+    """What `decide` feeds answers to, in question order: a verdict once it is certain (`SprtState`, `Tally`)."""
+
+    @property
+    def verdict(self) -> bool | None: ...
+
+    def feed(self, outcomes: Iterable[Fed], /) -> int:
+        """Take answers in order until the verdict is certain; returns how many were taken."""
+        ...
+
+
 async def decide(
-    ask: Callable[[Item], Coroutine[Any, Any, bool]],
-    items: list[Item],
-    state: SprtState,
+    ask: Callable[[Question], Coroutine[Any, Any, Outcome]],
+    items: list[Question],
+    state: Decision[Outcome],
     concurrency: int,
     on_answer: Callable[[], Awaitable[None]] | None = None,
 ) -> int:
@@ -111,8 +125,8 @@ async def decide(
     costs little, as a batch finishes together, and bounds what is wasted once the test decides to the
     rest of one wave, whose requests are cancelled.
     """
-    pending: dict[asyncio.Task[bool], int] = {}
-    finished: asyncio.Queue[asyncio.Task[bool]] = asyncio.Queue()  # one wake-up per answer, not one per task
+    pending: dict[asyncio.Task[Outcome], int] = {}
+    finished: asyncio.Queue[asyncio.Task[Outcome]] = asyncio.Queue()  # one wake-up per answer, not one per task
     sent = 0
     try:
         while state.verdict is None and sent < len(items):
@@ -121,12 +135,12 @@ async def decide(
                 task = asyncio.create_task(ask(items[i]))
                 task.add_done_callback(finished.put_nowait)
                 pending[task] = i
-            answered: dict[int, bool] = {}
+            answered: dict[int, Outcome] = {}
             fed = first
             while pending and state.verdict is None:
                 task = await finished.get()
                 answered[pending.pop(task)] = task.result()
-                ready: list[bool] = []
+                ready: list[Outcome] = []
                 while fed + len(ready) in answered:
                     ready.append(answered.pop(fed + len(ready)))
                 if ready:

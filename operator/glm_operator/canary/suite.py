@@ -52,7 +52,7 @@ async def run_suite(
 
     if cfg.smoke.enabled and "smoke" in inputs.only:
         await step("smoke")
-        result.checks.append(await checks.smoke(client, cfg.smoke.samples))
+        result.checks.append(await checks.smoke(client, cfg.smoke.samples, cfg.gsm8k.concurrency))
     if cfg.gsm8k.enabled and "gsm8k" in inputs.only:
         await step("gsm8k")
         threshold = cfg.gsm8k.threshold if cfg.gsm8k.threshold is not None else inputs.gsm8k_threshold
@@ -60,10 +60,11 @@ async def run_suite(
         result.checks.extend(await run_gsm8k(client, inputs.questions, inputs.shots, run, progress))
     if cfg.null_content.enabled and "null-content" in inputs.only:
         await step("null-content")
-        result.checks.append(await checks.null_content(client, cfg.null_content.samples, cfg.null_content.max_rate))
+        null = cfg.null_content
+        result.checks.append(await checks.null_content(client, null.samples, null.max_rate, cfg.gsm8k.concurrency))
     if cfg.copy_fidelity.enabled and "copy" in inputs.only:
         await step("copy")
-        result.checks.append(await checks.copy_fidelity(client, cfg.copy_fidelity.trials))
+        result.checks.append(await checks.copy_fidelity(client, cfg.copy_fidelity.trials, cfg.gsm8k.concurrency))
     if cfg.logprob.enabled and cfg.logprob.reference is not None and "logprob" in inputs.only:
         await step("logprob")
         result.checks.append(await checks.logprob(client, cfg.logprob.reference, cfg.logprob.tolerance))
