@@ -162,3 +162,32 @@ def test_a_copy_with_crlf_line_ends_is_an_exact_copy(capsys: pytest.CaptureFixtu
     code = glmctl_canary(answering(copy_crlf), suites=("copy",))
     report = json.loads(capsys.readouterr().out)
     assert code == EXIT_PASS, report
+
+
+@pytest.mark.parametrize(
+    "listing, cause",
+    [
+        (
+            {"data": []},
+            "HTTP 200: the answer is JSON but not a model list (data[0].id) of the OpenAI API: '{\"data\": []}'",
+        ),
+        (
+            {"object": "error", "message": "no such route"},
+            "HTTP 200: the server answered an error object, not a result",
+        ),
+        ([1, 2], "HTTP 200: the answer is JSON but not a model list"),
+    ],
+)
+def test_a_model_listing_that_is_not_one_is_exit_2_saying_so(
+    listing: object, cause: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response(listing)
+
+    app = web.Application()
+    app.add_routes([web.get("/v1/models", models)])
+    code = glmctl_canary(app)
+    err = capsys.readouterr().err
+    assert code == EXIT_UNREACHABLE
+    assert "/v1/models: " + cause in err, err
+    assert "Traceback" not in err

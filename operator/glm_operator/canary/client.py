@@ -107,9 +107,13 @@ class OpenAIClient:
         return status, raw
 
     async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return (await self._answer(method, path, **kwargs))[1]
+
+    async def _answer(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+        """The status and the decoded JSON body of a successful answer."""
         status, raw = await self._request(method, path, **kwargs)
         try:
-            return json.loads(raw)  # the bytes as they came: JSON is UTF-8, no text decoding first
+            return status, json.loads(raw)  # the bytes as they came: JSON is UTF-8, no text decoding first
         except ValueError as err:  # truncated or not JSON at all: not an answer of the OpenAI API
             raise EndpointError(
                 f"{self.base_url}{path}: HTTP {status}: the answer is not JSON ({err}): {excerpt(raw)}"
@@ -117,24 +121,22 @@ class OpenAIClient:
 
     async def _choice(self, path: str, template: BodyTemplate, text: str, needs: str) -> dict[str, Any]:
         """The first choice of a completion answer, refused by name when the body is not the API's shape."""
-        data = await self._json("POST", path, data=template.fill(text), headers=_JSON_HEADERS)
+        status, data = await self._answer("POST", path, data=template.fill(text), headers=_JSON_HEADERS)
         choices = data.get("choices") if isinstance(data, dict) else None
         choice = choices[0] if isinstance(choices, list) and choices else None
         if isinstance(choice, dict) and (needs == "text" or isinstance(choice.get(needs), dict)):
             return choice
         wanted = "a chat completion (choices[0].message)" if needs == "message" else "a completion (choices[0])"
-        raise EndpointError(f"{self.base_url}{path}: HTTP 200: {_not_an_answer(data, wanted)}")
+        raise EndpointError(f"{self.base_url}{path}: HTTP {status}: {_not_an_answer(data, wanted)}")
 
     async def model_name(self) -> str:
         if self.model is None:
-            data = await self._json("GET", "/v1/models")
+            status, data = await self._answer("GET", "/v1/models")
             listed = data.get("data") if isinstance(data, dict) else None
             first = listed[0] if isinstance(listed, list) and listed else None
             if not isinstance(first, dict) or not isinstance(first.get("id"), str):
-                raise EndpointError(
-                    f"{self.base_url}/v1/models: HTTP 200: {_not_an_answer(data, 'a model list (data[0].id)')} "
-                    "(name the model with --model to skip the listing)"
-                )
+                wanted = "a model list (data[0].id)"
+                raise EndpointError(f"{self.base_url}/v1/models: HTTP {status}: {_not_an_answer(data, wanted)}")
             self.model = first["id"]
         return self.model
 
