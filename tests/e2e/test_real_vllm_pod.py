@@ -386,7 +386,7 @@ def test_the_random_model_fails_its_canaries_and_the_pod_stays_out_of_the_servic
     message = report["message"]
     assert re.search(r"smoke 0 \(threshold [0-9.]+\): 0/\d+ correct", message), message
     null_rate = re.search(r"null-content ([0-9.]+) \(threshold 0\.05\)", message)
-    assert null_rate and float(null_rate[1]) >= 0.9, message
+    assert null_rate and float(null_rate[1]) > 0.05, message  # decided at the second empty answer
 
     # The real kubelet reports the gate: the pod runs, answers on its IP, and is not Ready.
     current = served.pod()

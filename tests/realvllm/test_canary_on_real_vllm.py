@@ -71,7 +71,13 @@ def test_every_suite_asked_for_runs_and_the_run_fails(canary_run: CanaryRun) -> 
 def test_a_random_model_fails_smoke_with_its_empty_answers(canary_run: CanaryRun) -> None:
     smoke = canary_run.checks["smoke"]
     assert not smoke["passed"] and smoke["value"] == 0.0
-    assert smoke["detail"] == "0/4 correct; e.g. 'What is 2+2?' -> ''"
+    # The four go out at once; the first answer in order decides, and the rest are cancelled. An answer cut at
+    # max_tokens inside the reasoning is named as one that did not end by itself.
+    assert re.fullmatch(
+        r"0/1 correct; e\.g\. 'What is 2\+2\?' -> ''( \(did not end by itself \(finish_reason 'length'\)\))?; "
+        r"decided after 1 of 4 \(4 sent, the rest cancelled\)",
+        str(smoke["detail"]),
+    ), smoke["detail"]
 
 
 def test_a_random_model_fails_gsm8k_early(canary_run: CanaryRun) -> None:
@@ -87,14 +93,23 @@ def test_a_random_model_fails_gsm8k_early(canary_run: CanaryRun) -> None:
 def test_a_random_model_fails_copy_at_the_first_item(canary_run: CanaryRun) -> None:
     copy = canary_run.checks["copy"]
     assert not copy["passed"]
-    assert copy["detail"] == "0/3 exact copies of 50 items; item 1: expected 'amber-17', got None (0 lines)"
+    assert re.fullmatch(
+        r"0/1 exact copies of 50 items; item 1: expected 'amber-17', got None \(0 lines\)"
+        r"(; did not end by itself \(finish_reason 'length'\))?; decided after 1 of 3 \(3 sent, the rest cancelled\)",
+        str(copy["detail"]),
+    ), copy["detail"]
 
 
 def test_a_reasoning_block_never_closed_is_the_null_content_signature(canary_run: CanaryRun) -> None:
     null = canary_run.checks["null-content"]
-    # Nearly all: an answer whose first token ends it has no reasoning either (19/20 on vLLM 0.32.0 here).
-    assert not null["passed"] and float(null["value"]) >= 0.9  # type: ignore[arg-type]
-    assert re.fullmatch(r"(19|20)/20 answers had empty content and non-empty reasoning", str(null["detail"]))
+    # Nearly all (19/20 on vLLM 0.32.0 here; an answer whose first token ends it has no reasoning either): the
+    # second one in question order is past the allowance of one in 20, and decides.
+    assert not null["passed"] and float(null["value"]) > 0.05  # type: ignore[arg-type]
+    assert re.fullmatch(
+        r"2/([23]) answers had empty content and non-empty reasoning; decided after \1 of 20 \(20 sent, the rest "
+        r"cancelled\)",
+        str(null["detail"]),
+    ), null["detail"]
 
 
 def test_the_spec_decode_figure_is_what_vllms_counters_say(canary_run: CanaryRun) -> None:

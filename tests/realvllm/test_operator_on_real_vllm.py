@@ -155,7 +155,7 @@ def test_a_random_model_behind_a_pod_fails_its_canaries_and_never_joins_the_serv
     assert re.search(r"smoke 0 \(threshold [0-9.]+\): 0/\d+ correct", message), message
     assert re.search(r"gsm8k [0-9.]+ \(threshold 0\.82\): [01]/\d+ correct", message), message
     null_rate = re.search(r"null-content ([0-9.]+) \(threshold 0\.05\)", message)
-    assert null_rate and float(null_rate[1]) >= 0.9, message
+    assert null_rate and float(null_rate[1]) > 0.05, message  # decided at the second empty answer
 
     # The pod stays out of the Service: gate False, not Ready, no ready endpoint on its IP.
     current = _serving_pod(kubectl, namespace)

@@ -13,16 +13,17 @@ from aiohttp import web
 from glm_operator.canary.client import EndpointError, OpenAIClient
 from glm_operator.handlers.canary import err_detail
 from glm_operator.sim.behaviour import Model
-from glm_operator.sim.endpoint_faults import ENDPOINT_FAULTS, endpoint_fault_middleware
+from glm_operator.sim.endpoint_faults import ANSWER_FAULTS, ENDPOINT_FAULTS, endpoint_fault_middleware
 from glm_operator.sim.server import Simulator
 
 EXPECTED = {
     "http-500": "HTTP 500",
     "truncated-json": "not JSON",
     "reset": "ServerDisconnectedError",
-    "hang": "TimeoutError",
-    "slow": "TimeoutError",
+    "hang": "no complete answer within 1.5 s (TimeoutError)",
+    "slow": "no complete answer within 1.5 s (TimeoutError)",
 }
+LISTING_FAULTS = [kind for kind in ENDPOINT_FAULTS if kind not in (*ANSWER_FAULTS, "no-metrics")]
 
 
 def _free_port() -> int:
@@ -51,10 +52,15 @@ async def _ask(kind: str) -> tuple[str, float, int]:
     return err_detail(caught.value), elapsed, status
 
 
-@pytest.mark.parametrize("kind", ENDPOINT_FAULTS)
+def test_every_fault_of_the_model_listing_is_covered_here() -> None:
+    assert set(LISTING_FAULTS) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("kind", LISTING_FAULTS)
 def test_each_endpoint_fault_is_one_endpoint_error_within_the_request_timeout(kind: str) -> None:
     detail, elapsed, health = asyncio.run(_ask(kind))
     assert EXPECTED[kind] in detail, detail
+    assert "http://127.0.0.1:" in detail and "/v1/models" in detail, "the message names the URL"
     assert "\n" not in detail and len(detail) <= 300
     assert elapsed < 5, f"{kind}: the canary waited {elapsed:.1f}s past its 1.5s timeout"
     assert health == 200, "the fault leaves /health green, as the upstream failures do"

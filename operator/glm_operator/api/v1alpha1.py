@@ -311,8 +311,9 @@ class GSM8KCanary(_Model):
         default=64,
         ge=1,
         le=256,
-        description="Questions in flight at once. The sequential test's error rates do not depend on it; "
-        "higher decides in fewer round trips but adds load (vLLM's default batch is 256 sequences).",
+        description="Requests in flight at once, in every suite (GSM8K questions, smoke, null-content, copy). The "
+        "sequential test's error rates do not depend on it; higher decides in fewer round trips but adds load "
+        "(vLLM's default batch is 256 sequences).",
     )
     chat: bool = Field(default=False, description="Also score the chat variant (content only, no reasoning).")
     source: GSM8KSource = Field(

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from glm_operator.canary.client import OpenAIClient, reasoning_of
-from glm_operator.canary.gsm8k import last_integer
+from glm_operator.canary.degenerate import degenerate
+from glm_operator.canary.gsm8k import decide, last_integer
 from glm_operator.canary.results import CheckResult
 
 SMOKE = [
@@ -65,50 +71,137 @@ LOGPROB_TEXTS = [
 SPEC_COUNTERS = ("vllm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_accepted_tokens_total")
 
 
-async def smoke(client: OpenAIClient, samples: int) -> CheckResult:
-    wrong = []
-    for question, expected in SMOKE[:samples]:
-        content = str((await client.chat(question, max_tokens=512)).get("content") or "")
-        if not content.strip() or last_integer(content) != expected:
-            wrong.append(f"{question!r} -> {content[:40]!r}")
-    asked = min(samples, len(SMOKE))
-    ok = asked - len(wrong)
+@dataclass
+class Tally:
+    """The answers of a fixed-size suite, fed in question order, and its verdict as soon as it is certain.
+
+    Each answer is None (right) or (kind, detail). The suite passes when no kind counts more than `allowed`: it has
+    failed once one does, and has passed once even every answer still to come being wrong could not change that."""
+
+    total: int
+    allowed: int
+    asked: int = 0
+    faults: dict[str, list[str]] = field(default_factory=dict)
+    verdict: bool | None = None
+
+    def feed(self, outcomes: Iterable[tuple[str, str] | None]) -> int:
+        used = 0
+        for outcome in outcomes:
+            if self.verdict is not None:
+                break
+            used += 1
+            self.asked += 1
+            if outcome is not None:
+                self.faults.setdefault(outcome[0], []).append(outcome[1])
+            worst = max((len(found) for found in self.faults.values()), default=0)
+            if worst > self.allowed:
+                self.verdict = False
+            elif worst + self.total - self.asked <= self.allowed:
+                self.verdict = True
+        return used
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict is True
+
+    def count(self, kind: str) -> int:
+        return len(self.faults.get(kind, []))
+
+    def first(self, kind: str) -> str:
+        return self.faults[kind][0]
+
+    def early(self, sent: int) -> str:
+        """How the verdict came before every answer, if it did."""
+        if self.asked >= self.total:
+            return ""
+        return f"; decided after {self.asked} of {self.total} ({sent} sent, the rest cancelled)"
+
+
+def content_of(choice: dict[str, Any]) -> str:
+    return str(choice["message"].get("content") or "")
+
+
+def smoke_fault(choice: dict[str, Any], question: str, expected: str) -> str | None:
+    """Why a smoke answer is wrong, or None: the last number must be right and the answer not degenerate."""
+    content = content_of(choice)
+    why = degenerate(content, choice.get("finish_reason"), question)
+    if why is None and content.strip() and last_integer(content) == expected:
+        return None
+    return f"{question!r} -> {content[:40]!r}" + (f" ({why})" if why else "")
+
+
+async def smoke(client: OpenAIClient, samples: int, concurrency: int = 64) -> CheckResult:
+    template = await client.chat_template(max_tokens=512)
+
+    async def ask(item: tuple[str, str]) -> tuple[str, str] | None:
+        fault = smoke_fault(await client.chat_with(template, item[0]), *item)
+        return None if fault is None else ("wrong", fault)
+
+    questions = SMOKE[:samples]
+    tally = Tally(len(questions), allowed=0)
+    sent = await decide(ask, questions, tally, concurrency)
+    ok = tally.asked - tally.count("wrong")
+    example = f"; e.g. {tally.first('wrong')}" if tally.count("wrong") else ""
     return CheckResult(
-        "smoke", not wrong, ok / asked, 1.0, f"{ok}/{asked} correct" + (f"; e.g. {wrong[0]}" if wrong else "")
+        "smoke", tally.passed, ok / tally.asked, 1.0, f"{ok}/{tally.asked} correct{example}{tally.early(sent)}"
     )
 
 
-async def null_content(client: OpenAIClient, samples: int, max_rate: float) -> CheckResult:
-    empty = 0
-    for i in range(samples):
-        message = await client.chat(NULL_PROMPTS[i % len(NULL_PROMPTS)], max_tokens=512)
-        if not str(message.get("content") or "").strip() and reasoning_of(message).strip():
-            empty += 1
-    rate = empty / samples
-    return CheckResult(
-        "null-content",
-        rate <= max_rate,
-        rate,
-        max_rate,
-        f"{empty}/{samples} answers had empty content and non-empty reasoning",
-    )
+def null_kind(choice: dict[str, Any], question: str) -> str | None:
+    """The kind of a null-content answer: "null" (empty content, some reasoning), why it is degenerate, or None."""
+    content = content_of(choice)
+    if not content.strip() and reasoning_of(choice["message"]).strip():
+        return "null"
+    return degenerate(content, choice.get("finish_reason"), question)
 
 
-async def copy_fidelity(client: OpenAIClient, trials: int) -> CheckResult:
-    exact, first_error = 0, ""
-    for _ in range(trials):
-        content = str((await client.chat(COPY_PROMPT, max_tokens=1024)).get("content") or "")
-        lines = [line.strip() for line in content.strip().splitlines() if line.strip()]
-        if lines == COPY_ITEMS:
-            exact += 1
-        elif not first_error:
-            first_error = _first_difference(lines)
+async def null_content(client: OpenAIClient, samples: int, max_rate: float, concurrency: int = 64) -> CheckResult:
+    template = await client.chat_template(max_tokens=512)
+
+    async def ask(question: str) -> tuple[str, str] | None:
+        kind = null_kind(await client.chat_with(template, question), question)
+        if kind is None:
+            return None
+        return ("null", question) if kind == "null" else ("degenerate", f"{question!r}: {kind}")
+
+    questions = [NULL_PROMPTS[i % len(NULL_PROMPTS)] for i in range(samples)]
+    tally = Tally(samples, allowed=math.floor(max_rate * samples + 1e-9))
+    sent = await decide(ask, questions, tally, concurrency)
+    empty, degenerated = tally.count("null"), tally.count("degenerate")
+    detail = f"{empty}/{tally.asked} answers had empty content and non-empty reasoning"
+    if degenerated:
+        detail += f"; {degenerated}/{tally.asked} degenerate, e.g. {tally.first('degenerate')}"
+    return CheckResult("null-content", tally.passed, empty / tally.asked, max_rate, detail + tally.early(sent))
+
+
+def copy_fault(choice: dict[str, Any]) -> str | None:
+    """Why an answer is not an exact copy of the list, or None (line ends and surrounding blanks aside)."""
+    content = content_of(choice)
+    lines = [line.strip() for line in content.strip().splitlines() if line.strip()]
+    why = degenerate(content, choice.get("finish_reason"))
+    if why is None and lines == COPY_ITEMS:
+        return None
+    difference = _first_difference(lines) if lines != COPY_ITEMS else "every item right"
+    return f"{difference}" + (f"; {why}" if why else "")
+
+
+async def copy_fidelity(client: OpenAIClient, trials: int, concurrency: int = 64) -> CheckResult:
+    template = await client.chat_template(max_tokens=1024)
+
+    async def ask(_: int) -> tuple[str, str] | None:
+        fault = copy_fault(await client.chat_with(template, COPY_PROMPT))
+        return None if fault is None else ("wrong", fault)
+
+    tally = Tally(trials, allowed=0)
+    sent = await decide(ask, list(range(trials)), tally, concurrency)
+    exact = tally.asked - tally.count("wrong")
+    first_error = f"; {tally.first('wrong')}" if tally.count("wrong") else ""
     return CheckResult(
         "copy",
-        exact == trials,
-        exact / trials,
+        tally.passed,
+        exact / tally.asked,
         1.0,
-        f"{exact}/{trials} exact copies of {len(COPY_ITEMS)} items" + (f"; {first_error}" if first_error else ""),
+        f"{exact}/{tally.asked} exact copies of {len(COPY_ITEMS)} items{first_error}{tally.early(sent)}",
     )
 
 

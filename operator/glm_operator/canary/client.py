@@ -36,8 +36,30 @@ class BodyTemplate:
         return b"".join((self._before, json.dumps(text)[1:].encode(), self._after))
 
 
+MAX_BODY_BYTES = 4 * 1024 * 1024
+"""The largest answer read: a canary answer is a few KiB; a server streaming without end must not fill memory."""
+EXCERPT_CHARS = 200
+
+
 class EndpointError(Exception):
-    """The endpoint could not be reached or answered with an error."""
+    """The endpoint could not be reached, answered with an error, or answered something that is not the API's."""
+
+
+def excerpt(raw: bytes) -> str:
+    """A bounded one-line excerpt of a body, for an error message: its first characters and its length."""
+    text = " ".join(raw[: EXCERPT_CHARS * 4].decode("utf-8", "replace").split())
+    cut = text[:EXCERPT_CHARS] + ("..." if len(text) > EXCERPT_CHARS or len(raw) > EXCERPT_CHARS * 4 else "")
+    return f"{cut!r} ({len(raw)} bytes)"
+
+
+def describe(err: BaseException, timeout_s: float) -> str:
+    """What went wrong in words, never an empty string (TimeoutError and some aiohttp errors carry no message)."""
+    if isinstance(err, TimeoutError):
+        return (
+            f"no complete answer within {timeout_s:g} s (TimeoutError): the server is hung or slower than the timeout"
+        )
+    text = " ".join(str(err).split())
+    return f"{err.__class__.__name__}: {text}" if text else f"{err.__class__.__name__} (no detail given)"
 
 
 class OpenAIClient:
@@ -54,7 +76,7 @@ class OpenAIClient:
             await self._session.close()
             self._session = None
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> bytes:
+    async def _request(self, method: str, path: str, **kwargs: Any) -> tuple[int, bytes]:
         if self._session is None:
             # The canaries bound their own concurrency (GSM8K up to 256 in flight): no pool limit here.
             # vLLM closes a keep-alive connection after 5 idle seconds (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, vllm/envs.py);
@@ -65,33 +87,57 @@ class OpenAIClient:
         for attempt in (1, 2):
             try:
                 async with self._session.request(method, url, **kwargs) as response:
-                    raw = await response.read()
+                    raw = await _read_bounded(response)
+                    if len(raw) > MAX_BODY_BYTES:
+                        raise EndpointError(
+                            f"{url}: HTTP {response.status}: the answer is larger than {MAX_BODY_BYTES} bytes, "
+                            f"no canary answer is: {excerpt(raw)}"
+                        )
+                    status = response.status
                 break
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as err:
                 # A pooled connection the server closed as this request went out: nothing was answered, and
                 # every canary request is free of side effects, so it goes once more on a fresh connection.
                 if attempt == 2 or isinstance(err, aiohttp.ClientConnectorError):
-                    raise EndpointError(f"{url}: {err.__class__.__name__}: {err}") from err
+                    raise EndpointError(f"{url}: {describe(err, self._timeout.total or 0)}") from err
             except (TimeoutError, aiohttp.ClientError) as err:
-                raise EndpointError(f"{url}: {err.__class__.__name__}: {err}") from err
-        if response.status >= 400:
-            raise EndpointError(f"{self.base_url}{path}: HTTP {response.status}: {_text(raw[:300])}")
-        return raw
+                raise EndpointError(f"{url}: {describe(err, self._timeout.total or 0)}") from err
+        if status >= 400:
+            raise EndpointError(f"{url}: HTTP {status}: {excerpt(raw)}")
+        return status, raw
 
     async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
-        raw = await self._request(method, path, **kwargs)
-        try:
-            return json.loads(raw)  # the bytes as they came: JSON is UTF-8, no text decoding first
-        except ValueError as err:  # truncated or not JSON at all: not an answer of the OpenAI API
-            raise EndpointError(f"{self.base_url}{path}: the answer is not JSON ({err}): {_text(raw[:120])!r}") from err
+        return (await self._answer(method, path, **kwargs))[1]
 
-    async def _post(self, path: str, template: BodyTemplate, text: str) -> Any:
-        return await self._json("POST", path, data=template.fill(text), headers=_JSON_HEADERS)
+    async def _answer(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+        """The status and the decoded JSON body of a successful answer."""
+        status, raw = await self._request(method, path, **kwargs)
+        try:
+            return status, json.loads(raw)  # the bytes as they came: JSON is UTF-8, no text decoding first
+        except ValueError as err:  # truncated or not JSON at all: not an answer of the OpenAI API
+            raise EndpointError(
+                f"{self.base_url}{path}: HTTP {status}: the answer is not JSON ({err}): {excerpt(raw)}"
+            ) from err
+
+    async def _choice(self, path: str, template: BodyTemplate, text: str, needs: str) -> dict[str, Any]:
+        """The first choice of a completion answer, refused by name when the body is not the API's shape."""
+        status, data = await self._answer("POST", path, data=template.fill(text), headers=_JSON_HEADERS)
+        choices = data.get("choices") if isinstance(data, dict) else None
+        choice = choices[0] if isinstance(choices, list) and choices else None
+        if isinstance(choice, dict) and (needs == "text" or isinstance(choice.get(needs), dict)):
+            return choice
+        wanted = "a chat completion (choices[0].message)" if needs == "message" else "a completion (choices[0])"
+        raise EndpointError(f"{self.base_url}{path}: HTTP {status}: {_not_an_answer(data, wanted)}")
 
     async def model_name(self) -> str:
         if self.model is None:
-            data = await self._json("GET", "/v1/models")
-            self.model = data["data"][0]["id"]
+            status, data = await self._answer("GET", "/v1/models")
+            listed = data.get("data") if isinstance(data, dict) else None
+            first = listed[0] if isinstance(listed, list) and listed else None
+            if not isinstance(first, dict) or not isinstance(first.get("id"), str):
+                wanted = "a model list (data[0].id)"
+                raise EndpointError(f"{self.base_url}/v1/models: HTTP {status}: {_not_an_answer(data, wanted)}")
+            self.model = first["id"]
         return self.model
 
     async def chat_template(self, max_tokens: int = 256) -> BodyTemplate:
@@ -105,12 +151,11 @@ class OpenAIClient:
         return BodyTemplate(body)
 
     async def chat_with(self, template: BodyTemplate, prompt: str) -> dict[str, Any]:
-        """One chat turn; returns the message (content, reasoning)."""
-        message: dict[str, Any] = (await self._post("/v1/chat/completions", template, prompt))["choices"][0]["message"]
-        return message
+        """One chat turn; returns its choice (`message` with content and reasoning, `finish_reason`)."""
+        return await self._choice("/v1/chat/completions", template, prompt, "message")
 
     async def chat(self, prompt: str, max_tokens: int = 256) -> dict[str, Any]:
-        """One chat turn at temperature 0; returns the message (content, reasoning)."""
+        """One chat turn at temperature 0; returns its choice (message, finish_reason)."""
         return await self.chat_with(await self.chat_template(max_tokens), prompt)
 
     async def completion_template(
@@ -137,9 +182,8 @@ class OpenAIClient:
         return BodyTemplate(body, head)
 
     async def complete_with(self, template: BodyTemplate, text: str) -> dict[str, Any]:
-        """One completion; returns its choice (text, logprobs)."""
-        choice: dict[str, Any] = (await self._post("/v1/completions", template, text))["choices"][0]
-        return choice
+        """One completion; returns its choice (text, logprobs, finish_reason)."""
+        return await self._choice("/v1/completions", template, text, "text")
 
     async def complete(
         self,
@@ -153,11 +197,29 @@ class OpenAIClient:
         return await self.complete_with(template, prompt)
 
     async def metrics(self) -> str:
-        return _text(await self._request("GET", "/metrics"))
+        return (await self._request("GET", "/metrics"))[1].decode("utf-8", "replace")
 
 
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace")
+async def _read_bounded(response: aiohttp.ClientResponse) -> bytes:
+    """The body, or its first MAX_BODY_BYTES and one more byte when it is longer (the caller refuses it)."""
+    chunks, size = [], 0
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            break
+    return b"".join(chunks)[: MAX_BODY_BYTES + 1]
+
+
+def _not_an_answer(data: Any, wanted: str) -> str:
+    """Why a JSON body is not the answer asked for, with a bounded excerpt of it."""
+    body = excerpt(json.dumps(data).encode())
+    if isinstance(data, dict) and (data.get("object") == "error" or "error" in data):
+        nested = data.get("error")
+        error: dict[str, Any] = nested if isinstance(nested, dict) else data
+        message = " ".join(str(error.get("message") or "no message").split())[:EXCERPT_CHARS]
+        return f"the server answered an error object, not a result: {message!r}; body {body}"
+    return f"the answer is JSON but not {wanted} of the OpenAI API: {body}"
 
 
 def reasoning_of(message: dict[str, Any]) -> str:

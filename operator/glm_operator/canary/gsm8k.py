@@ -2,7 +2,9 @@
 
 Prompt and scoring follow vLLM's gsm8k_eval: 5-shot "Question: ...\\nAnswer: ..." from the train split
 on /v1/completions, temperature 0, max_tokens 256, stop at "Question" and "Assistant:", score = the last
-integer of the output (commas stripped) equals the label. The chat variant scores `content` only.
+integer of the output (commas stripped) equals the label; an answer that is degenerate (`canary.degenerate`: cut
+at max_tokens, repeating, or echoing the question) is wrong whatever its last number. The chat variant scores
+`content` only.
 
 Questions are asked in waves of `concurrency` requests at once (vLLM answers a wave as one batch, in
 about the time of one question), and the answers are fed to the sequential probability ratio test of `canary.sprt` in
@@ -14,16 +16,20 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from glm_operator.canary.client import OpenAIClient
+from glm_operator.canary.degenerate import degenerate
 from glm_operator.canary.gsm8k_data import Item
 from glm_operator.canary.results import CheckResult
-from glm_operator.canary.sprt import Sprt, SprtState
+from glm_operator.canary.sprt import Sprt
 
 STOP = ["Question", "Assistant:"]
+Question = TypeVar("Question")
+Outcome = TypeVar("Outcome")
+Fed = TypeVar("Fed", contravariant=True)
 CHAT_SUFFIX = "\nGive the final answer as a number."
 _INTEGER = re.compile(r"-?\d[\d,]*")
 
@@ -44,6 +50,11 @@ def few_shot_prompt(shots: list[Item], question: str) -> str:
 def last_integer(text: str) -> str | None:
     found = _INTEGER.findall(text or "")
     return found[-1].replace(",", "") if found else None
+
+
+def right(text: str, finish_reason: object, item: Item) -> bool:
+    """vLLM's scoring (the last integer is the label), and the answer not degenerate (`canary.degenerate`)."""
+    return last_integer(text) == item.label and degenerate(text, finish_reason, item.question) is None
 
 
 @dataclass(frozen=True)
@@ -76,23 +87,34 @@ async def asker(client: OpenAIClient, shots: list[Item], chat: bool) -> Callable
         chat_template = await client.chat_template(max_tokens=512)
 
         async def ask_chat(item: Item) -> bool:
-            message = await client.chat_with(chat_template, item.question + CHAT_SUFFIX)
-            return last_integer(str(message.get("content") or "")) == item.label
+            choice = await client.chat_with(chat_template, item.question + CHAT_SUFFIX)
+            return right(str(choice["message"].get("content") or ""), choice.get("finish_reason"), item)
 
         return ask_chat
     template = await client.completion_template(few_shot_head(shots), max_tokens=256, stop=STOP)
 
     async def ask(item: Item) -> bool:
         choice = await client.complete_with(template, question_prompt(item.question))
-        return last_integer(str(choice.get("text") or "")) == item.label
+        return right(str(choice.get("text") or ""), choice.get("finish_reason"), item)
 
     return ask
 
 
+class Decision(Protocol[Fed]):
+    """What `decide` feeds answers to, in question order: a verdict once it is certain (`SprtState`, `Tally`)."""
+
+    @property
+    def verdict(self) -> bool | None: ...
+
+    def feed(self, outcomes: Iterable[Fed], /) -> int:
+        """Take answers in order until the verdict is certain; returns how many were taken."""
+        ...
+
+
 async def decide(
-    ask: Callable[[Item], Coroutine[Any, Any, bool]],
-    items: list[Item],
-    state: SprtState,
+    ask: Callable[[Question], Coroutine[Any, Any, Outcome]],
+    items: list[Question],
+    state: Decision[Outcome],
     concurrency: int,
     on_answer: Callable[[], Awaitable[None]] | None = None,
 ) -> int:
@@ -103,8 +125,8 @@ async def decide(
     costs little, as a batch finishes together, and bounds what is wasted once the test decides to the
     rest of one wave, whose requests are cancelled.
     """
-    pending: dict[asyncio.Task[bool], int] = {}
-    finished: asyncio.Queue[asyncio.Task[bool]] = asyncio.Queue()  # one wake-up per answer, not one per task
+    pending: dict[asyncio.Task[Outcome], int] = {}
+    finished: asyncio.Queue[asyncio.Task[Outcome]] = asyncio.Queue()  # one wake-up per answer, not one per task
     sent = 0
     try:
         while state.verdict is None and sent < len(items):
@@ -113,12 +135,12 @@ async def decide(
                 task = asyncio.create_task(ask(items[i]))
                 task.add_done_callback(finished.put_nowait)
                 pending[task] = i
-            answered: dict[int, bool] = {}
+            answered: dict[int, Outcome] = {}
             fed = first
             while pending and state.verdict is None:
                 task = await finished.get()
                 answered[pending.pop(task)] = task.result()
-                ready: list[bool] = []
+                ready: list[Outcome] = []
                 while fed + len(ready) in answered:
                     ready.append(answered.pop(fed + len(ready)))
                 if ready:

@@ -26,6 +26,8 @@ class CheckResult:
 @dataclass
 class SuiteResult:
     checks: list[CheckResult] = field(default_factory=list)
+    # Suites left out without being asked for by name, each with the reason (shown by `glmctl canary`).
+    skipped: dict[str, str] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -35,4 +37,4 @@ class SuiteResult:
         return [c for c in self.checks if not c.passed]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "checks": [c.as_dict() for c in self.checks]}
+        return {"passed": self.passed, "checks": [c.as_dict() for c in self.checks], "skipped": dict(self.skipped)}

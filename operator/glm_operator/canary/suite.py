@@ -28,6 +28,8 @@ class SuiteInputs:
     only: tuple[str, ...] = SUITES
     # Suites a person asked for by name: one that cannot run is a failed check saying why, never dropped.
     asked: tuple[str, ...] = ()
+    # Why the server's /metrics could not be read, when it could not (a gateway in front of vLLM may not serve it).
+    metrics_error: str | None = None
 
 
 async def run_suite(
@@ -38,6 +40,8 @@ async def run_suite(
     for name, reason in _cannot_run(inputs).items():
         if name in inputs.asked:
             result.checks.append(CheckResult(name, False, None, None, f"asked for by name but cannot run: {reason}"))
+        elif name in inputs.only:
+            result.skipped[name] = reason
     before = checks.spec_counters(await client.metrics()) if spec_on else {}
 
     async def step(name: str) -> None:
@@ -48,7 +52,7 @@ async def run_suite(
 
     if cfg.smoke.enabled and "smoke" in inputs.only:
         await step("smoke")
-        result.checks.append(await checks.smoke(client, cfg.smoke.samples))
+        result.checks.append(await checks.smoke(client, cfg.smoke.samples, cfg.gsm8k.concurrency))
     if cfg.gsm8k.enabled and "gsm8k" in inputs.only:
         await step("gsm8k")
         threshold = cfg.gsm8k.threshold if cfg.gsm8k.threshold is not None else inputs.gsm8k_threshold
@@ -56,10 +60,11 @@ async def run_suite(
         result.checks.extend(await run_gsm8k(client, inputs.questions, inputs.shots, run, progress))
     if cfg.null_content.enabled and "null-content" in inputs.only:
         await step("null-content")
-        result.checks.append(await checks.null_content(client, cfg.null_content.samples, cfg.null_content.max_rate))
+        null = cfg.null_content
+        result.checks.append(await checks.null_content(client, null.samples, null.max_rate, cfg.gsm8k.concurrency))
     if cfg.copy_fidelity.enabled and "copy" in inputs.only:
         await step("copy")
-        result.checks.append(await checks.copy_fidelity(client, cfg.copy_fidelity.trials))
+        result.checks.append(await checks.copy_fidelity(client, cfg.copy_fidelity.trials, cfg.gsm8k.concurrency))
     if cfg.logprob.enabled and cfg.logprob.reference is not None and "logprob" in inputs.only:
         await step("logprob")
         result.checks.append(await checks.logprob(client, cfg.logprob.reference, cfg.logprob.tolerance))
@@ -87,6 +92,10 @@ def _cannot_run(inputs: SuiteInputs) -> dict[str, str]:
     }
     if cfg.logprob.enabled and cfg.logprob.reference is None:
         reasons["logprob"] = "no reference mean NLL for this model (spec.canary.logprob.reference)"
+    if inputs.metrics_error is not None:
+        reasons.setdefault(
+            "spec-decode", f"it reads the server's /metrics, which could not be read: {inputs.metrics_error}"
+        )
     if not inputs.speculative:
         reasons.setdefault(
             "spec-decode", "the server exports no vllm:spec_decode_* counters (speculative decoding is off)"

@@ -18,6 +18,7 @@ from glm_operator.canary.suite import SUITES, SuiteInputs, run_suite
 from glm_operator.cli import eventloop
 
 EXIT_PASS, EXIT_FAIL, EXIT_UNREACHABLE = 0, 1, 2
+METRICS_SUITES = ("spec-decode",)  # the suites that read the server's /metrics; the others need only the OpenAI API
 
 
 def load_gsm8k(path: str | None) -> tuple[list[Item], list[Item]]:
@@ -44,7 +45,8 @@ def _table(result: SuiteResult) -> str:
         )
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
-    return "\n".join(lines) + f"\n\n{'PASSED' if result.passed else 'FAILED'}\n"
+    skipped = "".join(f"skipped {name}: {reason}\n" for name, reason in result.skipped.items())
+    return "\n".join(lines) + ("\n\n" + skipped if skipped else "\n") + f"\n{'PASSED' if result.passed else 'FAILED'}\n"
 
 
 async def _canary(
@@ -57,15 +59,21 @@ async def _canary(
     max_questions: int,
     concurrency: int,
     logprob_reference: float | None,
+    timeout: float = 120.0,
 ) -> int:
-    client = OpenAIClient(url, model=model)
+    client = OpenAIClient(url, model=model, timeout=timeout)
     try:
         try:
             await client.model_name()
-            metrics = await client.metrics()
         except EndpointError as err:
             print(f"error: endpoint unreachable: {err}", file=sys.stderr)
             return EXIT_UNREACHABLE
+        metrics, metrics_error = "", None
+        if any(suite in METRICS_SUITES for suite in suites):
+            try:
+                metrics = await client.metrics()
+            except EndpointError as err:  # an OpenAI-compatible gateway may not serve it: only its suites are left out
+                metrics_error = str(err)
         questions, shots = load_gsm8k(gsm8k)
         config = CanarySpec()
         config.gsm8k.max_questions = max_questions
@@ -80,6 +88,7 @@ async def _canary(
             only=suites,
             asked=asked,
             speculative="vllm:spec_decode_num_draft_tokens_total" in metrics,
+            metrics_error=metrics_error,
         )
         tty = sys.stderr.isatty()
 
@@ -112,10 +121,13 @@ def canary(
     max_questions: int,
     concurrency: int = 64,
     logprob_reference: float | None = None,
+    timeout: float = 120.0,
 ) -> int:
     asked = tuple(suites or ())
     return eventloop.run(
-        _canary(url, asked or SUITES, asked, gsm8k, output, model, max_questions, concurrency, logprob_reference)
+        _canary(
+            url, asked or SUITES, asked, gsm8k, output, model, max_questions, concurrency, logprob_reference, timeout
+        )
     )
 
 

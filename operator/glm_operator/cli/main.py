@@ -75,6 +75,7 @@ def _cmd_canary(args: argparse.Namespace) -> int:
         args.max_questions,
         args.concurrency,
         args.logprob_reference,
+        args.timeout,
     )
 
 
@@ -159,7 +160,8 @@ def _add_canary(sub: Any) -> None:
     can = sub.add_parser(
         "canary",
         help="run the correctness canaries against any OpenAI-compatible endpoint",
-        description="Exit 0 when every check passes, 1 when one fails, 2 when the endpoint is unreachable.",
+        description="Exit 0 when every check passes, 1 when one fails, 2 when the endpoint is unreachable, "
+        "answers an error, or answers something that is not the OpenAI API's.",
     )
     can.add_argument("--url", required=True, help="base URL, e.g. http://127.0.0.1:8000")
     can.add_argument("--suite", action="append", choices=SUITES, help="run only these suites (repeatable)")
@@ -167,7 +169,13 @@ def _add_canary(sub: Any) -> None:
     can.add_argument("--model", help="model name to request (default: the first of /v1/models)")
     can.add_argument("--max-questions", type=int, default=200, help="GSM8K questions at most")
     can.add_argument(
-        "--concurrency", type=_concurrency, default=64, help="GSM8K questions in flight at once (1-256, default 64)"
+        "--concurrency",
+        type=_concurrency,
+        default=64,
+        help="requests in flight at once, in every suite (1-256, default 64)",
+    )
+    can.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds one request may take before the endpoint counts as hung"
     )
     can.add_argument(
         "--logprob-reference",

@@ -8,6 +8,8 @@ simple arithmetic, and copies lists faithfully. The failures follow the upstream
 - stale-topk (vllm-63170): copies skip and alter items or loop to the token limit; some answers go
   wrong; prompt log-likelihood is worse.
 - mtp-zero (vllm-52833): answers are right; no draft token is ever accepted.
+- repeat (vllm-58729 on B300, the Marlin path's " 4\n" that does not stop): every answer is the right one
+  said again and again until `max_tokens` (the server cuts it there, `finish_reason: "length"`); copies loop.
 Choices are deterministic per prompt, as at temperature 0. `accuracy` below 1 makes a healthy model
 realistic: that share of GSM8K questions (picked per question by a stable hash) is answered right, the rest
 with a wrong final number; GLM-5.x answers about 93 % right.
@@ -64,6 +66,10 @@ class Model:
             return True
         return _roll(question.strip(), "accuracy") >= self.cutoff
 
+    def _repeating(self, text: str) -> str:
+        """The answer said again and again, longer than any max_tokens the canaries ask for (the server cuts it)."""
+        return (text + " ") * 2048
+
     def completion(self, prompt: str) -> str:
         # The last "Question: ...\nAnswer:" of a few-shot prompt is the one to answer.
         question = prompt.rsplit("Question: ", 1)[-1].rsplit("\nAnswer:", 1)[0] if "Question: " in prompt else prompt
@@ -73,6 +79,8 @@ class Model:
         if solved is None:
             return " I am not sure."
         reasoning, answer = solved
+        if self.fault == "repeat":
+            return " " + self._repeating(f"#### {answer}")
         if self._wrong(question):
             return f" {reasoning.rsplit('####', 1)[0]}#### {int(answer) + 7}"
         return " " + reasoning if "####" in reasoning else f" {reasoning}\n#### {answer}"
@@ -87,6 +95,9 @@ class Model:
             return _garble(prompt), "Let me think."
         if prompt.startswith("Copy the following list"):
             return self._copy(prompt), "The user wants the list copied."
+        if self.fault == "repeat":
+            solved = self._solve(prompt.split("\n")[0])
+            return self._repeating(solved[1] if solved else "Yes."), "A simple question."
         solved = self._solve(prompt.split("\n")[0])
         if solved is None:
             return "Here is a short answer.", "A simple question."
@@ -97,6 +108,8 @@ class Model:
 
     def _copy(self, prompt: str) -> str:
         items = prompt.split("\n")[1:]
+        if self.fault == "repeat":
+            return "\n".join(items[:20] + items[14:20] * 400)
         if self.fault != "stale-topk":
             return "\n".join(items)
         roll = _roll(prompt, "copy")

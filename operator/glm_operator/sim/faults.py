@@ -18,7 +18,7 @@ from glm_operator.catalog.images import load_images
 from glm_operator.catalog.models import ModelInfo, load_models
 from glm_operator.catalog.versions import Version
 
-FAULTS = ("none", "garbled", "null-content", "stale-topk", "mtp-zero")
+FAULTS = ("none", "garbled", "null-content", "stale-topk", "mtp-zero", "repeat")
 V0_27_1 = Version.parse("0.27.1")
 V0_32 = Version.parse("0.32.0")
 V0_33 = Version.parse("0.33.0")

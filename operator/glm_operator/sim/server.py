@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from typing import Any
@@ -106,6 +107,18 @@ def _echo_logprobs(prompt: str, logprobs: list[float | None]) -> dict[str, Any]:
             for i, (t, v) in enumerate(zip(tokens[1:], logprobs[1:], strict=True))
         ],
     }
+
+
+def cut_at_max_tokens(text: str, max_tokens: object) -> tuple[str, int | None]:
+    """The text cut at `max_tokens` (a word stands for a token), and the tokens left: 0 or less when it was cut.
+
+    As vLLM does, reasoning and content share one budget: what the reasoning used is gone for the content."""
+    if not isinstance(max_tokens, int):
+        return text, None
+    words = re.findall(r"\S+\s*", text)
+    if len(words) < max_tokens:
+        return text, max_tokens - len(words)
+    return "".join(words[:max_tokens]).rstrip(), 0
 
 
 class BadRequest(Exception):
@@ -221,6 +234,10 @@ class Simulator:
         prompt = str(messages[-1].get("content", "")) if messages else ""
         await self._delay()
         content, reasoning = self.model.chat(prompt)
+        reasoning, budget = cut_at_max_tokens(reasoning, body.get("max_tokens"))
+        if content is not None:
+            content, budget = cut_at_max_tokens(content, budget)
+        finish = "length" if budget is not None and budget <= 0 else "stop"
         counts = self._account(prompt, f"{content or ''} {reasoning}")
         self.metrics.chats.labels(self.served_name).inc()
         if not (content or "").strip() and reasoning.strip():
@@ -234,7 +251,7 @@ class Simulator:
             "function_call": None,
             "reasoning": reasoning,
         }
-        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": "stop", "stop_reason": None}
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish, "stop_reason": None}
         usage: dict[str, Any] = {
             **counts,
             "prompt_tokens_details": None,
@@ -265,11 +282,12 @@ class Simulator:
         text = self.model.completion(prompt)
         for stop in body.get("stop") or []:
             text = text.split(stop, 1)[0]
+        text, left = cut_at_max_tokens(text, body.get("max_tokens"))
         choice: dict[str, Any] = {
             "index": 0,
             "text": text,
             "logprobs": None,
-            "finish_reason": "stop",
+            "finish_reason": "length" if left is not None and left <= 0 else "stop",
             "stop_reason": None,
             **_CHOICE_EXTRAS,
             "prompt_logprobs": None,
