@@ -17,11 +17,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from glm_operator.catalog.accelerators import Accelerator
 from tests.support.cluster import REPO, Kubectl, eventually, run_script
+
+if TYPE_CHECKING:  # tests/conftest.py imports this module in the plugin's environment too, which has no glm_operator
+    from glm_operator.catalog.accelerators import Accelerator
 
 NODE_NAME = "glmops-realnode-test-node"
 NODE_POD_CIDR = ipaddress.ip_network("10.244.0.0/24")
