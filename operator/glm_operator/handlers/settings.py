@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import socket
 import time
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,7 +61,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.level = 20  # INFO and above become Kubernetes Events
     # With several replicas (kopf peering), the newest operator wins: a rolling update's new pod takes
     # over at once and the old one pauses until it is gone, so a rollout never freezes behind the old.
-    settings.peering.priority = int(os.environ.get("GLMOPS_PEERING_PRIORITY") or time.time())
+    settings.peering.priority = peering_priority(os.environ, time.time(), socket.gethostname())
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     # Owned objects are watched with a server-side label selector: never every object in the cluster.
@@ -80,6 +82,18 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def peering_priority(env: Mapping[str, str], now: float, pod_name: str) -> int:
+    """This replica's kopf peering priority: GLMOPS_PEERING_PRIORITY, else the newer start the higher.
+
+    Milliseconds since the epoch, times 1000, plus a tiebreaker from the pod's name: kopf pauses *every* operator
+    when two peers share a priority, and two replicas of one Deployment start within the same second (with
+    whole seconds, a fresh install of the chart's two replicas reconciled nothing).
+    """
+    if env.get("GLMOPS_PEERING_PRIORITY"):
+        return int(env["GLMOPS_PEERING_PRIORITY"])
+    return int(now * 1000) * 1000 + zlib.crc32(pod_name.encode()) % 1000
 
 
 def log_level(env: Mapping[str, str]) -> str:
