@@ -159,6 +159,7 @@ def one_gpu_node_cluster(real_node: RealNode, tmp_path_factory: pytest.TempPathF
     """The real node as the cluster's only schedulable node, an H200 node, with the page's images imported."""
     real_node.ensure_up()
     kubectl = real_node.kubectl
+    _leave_nothing(real_node)  # what an interrupted earlier run left (the page creates its namespaces)
     operator_image, archive = built_operator_image()
     real_node.ctr("images", "import", archive)
     real_node.ctr("images", "tag", "--force", operator_image, f"{REG}/operator:{_chart_app_version()}")
