@@ -48,6 +48,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from glm_operator.api.constants import CANARY_CONDITION, LABEL_DEPLOYMENT, VLLM_PORT
 from glm_operator.catalog.accelerators import load_accelerators
@@ -58,8 +59,8 @@ from tests.realvllm.rendered import REPLACED, SPEC, rendered_pod
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually
 from tests.support.glmd import failed_canary_report
 from tests.support.realnode import (
-    NEEDS_ROOT_AND_CONTAINERD,
     NODE_NAME,
+    REAL_NODE_AND_PODMAN,
     TAINT_KEY,
     TOLERATION,
     RealNode,
@@ -68,9 +69,7 @@ from tests.support.realnode import (
 
 RUN_ENV = "GLMOPS_REALVLLM_POD"
 pytestmark = [
-    pytest.mark.cluster,
-    *NEEDS_ROOT_AND_CONTAINERD,
-    pytest.mark.skipif(shutil.which("podman") is None, reason="podman builds the CPU vLLM image"),
+    *REAL_NODE_AND_PODMAN,
     pytest.mark.skipif(
         not os.environ.get(RUN_ENV),
         reason="the CPU vLLM image in a real pod runs in `make realvllm-pod-test` (a 6.7 GB image built and "
@@ -220,11 +219,16 @@ def operator(node: RealNode, node_cache: Path) -> Iterator[OperatorProcess]:
     kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     kubectl.run("wait", "--for=condition=Established", "crd/glmdeployments.glmops.dev", "--timeout=60s")
     cluster = Cluster(node.bin_dir, node.state_dir, kubectl.kubeconfig, kubectl)
-    policy = {"podPolicy": {"nodeCacheDirectories": [str(node_cache)]}}  # what the chart's value would pass
-    process = OperatorProcess(cluster, {"GLMOPS_ACCESS_POLICY": json.dumps(policy)}, name="operator-real-vllm-pod")
+    policy = json.dumps(_access_policy(node_cache))  # what the chart's value would pass
+    process = OperatorProcess(cluster, {"GLMOPS_ACCESS_POLICY": policy}, name="operator-real-vllm-pod")
     process.start()
     yield process
     process.stop()
+
+
+def _access_policy(node_cache: Path | str) -> dict[str, Any]:
+    """The chart values' podPolicy that lets the pods mount the test's node cache."""
+    return {"podPolicy": {"nodeCacheDirectories": [str(node_cache)]}}
 
 
 @pytest.fixture(scope="module")
@@ -317,11 +321,15 @@ def _condition(pod: dict[str, Any], kind: str) -> dict[str, Any]:
     return next((c for c in pod["status"].get("conditions") or [] if c["type"] == kind), {})
 
 
-def test_the_operator_s_pod_runs_the_rendered_command_from_the_cpu_image_on_the_real_node(served: Served) -> None:
+def test_the_operator_s_pod_runs_the_rendered_command_from_the_cpu_image_on_the_real_node(
+    served: Served, tmp_path: Path
+) -> None:
     pod = eventually(lambda: served.pod()["spec"].get("nodeName") and served.pod(), timeout=120, what="scheduling")
     assert pod["spec"]["nodeName"] == NODE_NAME
     container = pod["spec"]["containers"][0]
-    rendered = rendered_pod(served.manifest)
+    values = tmp_path / "values.yaml"  # `glmctl render --access-policy`, as the operator runs
+    values.write_text(yaml.safe_dump(_access_policy(served.manifest["spec"]["modelCache"]["nodeCache"]["path"])))
+    rendered = rendered_pod(served.manifest, str(values))
     # What the operator made is what `glmctl render` prints for the same GLMDeployment: no test-only rendering.
     assert [*container["command"], *container["args"]] == rendered.argv
     assert rendered.argv[:3] == ["vllm", "serve", MODEL] and rendered.argv[rendered.argv.index(TP_FLAG) + 1] == "8"

@@ -91,10 +91,13 @@ def flag_value(argv: list[str], flag: str) -> str:
     return argv[argv.index(flag) + 1]
 
 
-def rendered_pod(manifest: dict[str, Any] | None = None) -> RenderedPod:
-    """`glmctl render` of the manifest (SPEC by default): its Deployment's serving container and pod labels."""
+def rendered_pod(manifest: dict[str, Any] | None = None, access_policy_file: str | None = None) -> RenderedPod:
+    """`glmctl render` of the manifest (SPEC by default): its Deployment's serving container and pod labels.
+
+    `access_policy_file` is the chart values file whose podPolicy the operator runs with (`--access-policy`)."""
     out = io.StringIO()
-    code = render(["-"], lws=True, stdin=io.StringIO(yaml.safe_dump(manifest or SPEC)), stdout=out)
+    manifest_text = io.StringIO(yaml.safe_dump(manifest or SPEC))
+    code = render(["-"], lws=True, stdin=manifest_text, stdout=out, access_policy_file=access_policy_file)
     assert code == 0, "glmctl render refused the real-vLLM test's GLMDeployment"
     (workload,) = [o for o in yaml.safe_load_all(out.getvalue()) if o["kind"] == "Deployment"]
     template = workload["spec"]["template"]
