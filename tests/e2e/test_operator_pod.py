@@ -10,7 +10,6 @@ file order on one release: install, admission, an upgrade under a stream of admi
 from __future__ import annotations
 
 import json
-import shutil
 import ssl
 import subprocess
 import threading
@@ -28,19 +27,15 @@ import yaml
 from tests.conftest import ARTIFACTS
 from tests.support.cluster import REPO, eventually
 from tests.support.realnode import (
-    NEEDS_ROOT_AND_CONTAINERD,
     NODE_NAME,
+    REAL_NODE_AND_PODMAN,
     TAINT_KEY,
     TOLERATION,
     RealNode,
     built_operator_image,
 )
 
-pytestmark = [
-    pytest.mark.cluster,
-    *NEEDS_ROOT_AND_CONTAINERD,
-    pytest.mark.skipif(shutil.which("podman") is None, reason="podman builds the operator image (make images)"),
-]
+pytestmark = REAL_NODE_AND_PODMAN
 
 CHART = REPO / "charts" / "glmops"
 RELEASE = "glmops"

@@ -19,11 +19,9 @@ serving pod ran the page's image on the real node and passed its gate) without c
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import textwrap
 from collections.abc import Iterator
@@ -38,8 +36,8 @@ from glm_operator.catalog.images import load_images
 from tests.conftest import ARTIFACTS
 from tests.support.cluster import REPO, eventually
 from tests.support.realnode import (
-    NEEDS_ROOT_AND_CONTAINERD,
     NODE_NAME,
+    REAL_NODE_AND_PODMAN,
     TAINT_KEY,
     RealNode,
     built_operator_image,
@@ -47,9 +45,7 @@ from tests.support.realnode import (
 )
 
 pytestmark = [
-    pytest.mark.cluster,
-    *NEEDS_ROOT_AND_CONTAINERD,
-    pytest.mark.skipif(shutil.which("podman") is None, reason="podman builds the operator image (make images)"),
+    *REAL_NODE_AND_PODMAN,
     pytest.mark.timeout(1500),
 ]
 
@@ -136,8 +132,7 @@ def _stand_in_image(operator_image: str, work: Path) -> Path:
     launcher.write_text(STAND_IN_LAUNCHER)
     launcher.chmod(0o755)
     (context / "Containerfile").write_text(f"FROM {operator_image}\nCOPY vllm /usr/local/bin/vllm\n")
-    digest = hashlib.sha256(STAND_IN_LAUNCHER.encode()).hexdigest()[:12]
-    archive = work / f"stand-in-{digest}.tar"
+    archive = work / "stand-in.tar"
     build = f"""
         source hack/podman-env.sh
         podman build --quiet --label dev.glmops.image=quickstart-stand-in --tag {PATCHED_IMAGE} {context} >&2
@@ -162,7 +157,8 @@ def one_gpu_node_cluster(real_node: RealNode, tmp_path_factory: pytest.TempPathF
     _leave_nothing(real_node)  # what an interrupted earlier run left (the page creates its namespaces)
     operator_image, archive = built_operator_image()
     real_node.ctr("images", "import", archive)
-    real_node.ctr("images", "tag", "--force", operator_image, f"{REG}/operator:{_chart_app_version()}")
+    app_version = operator_image.rsplit(":", 1)[1]  # hack/build-images.sh tags it with the chart's appVersion
+    real_node.ctr("images", "tag", "--force", operator_image, f"{REG}/operator:{app_version}")
     real_node.ctr("images", "import", str(_stand_in_image(operator_image, tmp_path_factory.mktemp("quickstart"))))
     taints = kubectl.get("node", NODE_NAME)["spec"].get("taints") or []
     others = [n for n in _schedulable_nodes(real_node) if n != NODE_NAME]
@@ -178,13 +174,6 @@ def one_gpu_node_cluster(real_node: RealNode, tmp_path_factory: pytest.TempPathF
         kubectl.run("patch", "node", NODE_NAME, "--type=json", "-p", json.dumps(patch), check=False)
         for name in others:
             kubectl.run("uncordon", name, check=False)
-
-
-def _chart_app_version() -> str:
-    chart = (REPO / "charts" / "glmops" / "Chart.yaml").read_text()
-    match = re.search(r"^appVersion:\s*\"?([^\"\s]+)", chart, flags=re.M)
-    assert match, "Chart.yaml has no appVersion"
-    return match.group(1)
 
 
 def _leave_nothing(node: RealNode) -> None:

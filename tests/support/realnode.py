@@ -52,6 +52,12 @@ NEEDS_ROOT_AND_CONTAINERD = [
     pytest.mark.skipif(os.geteuid() != 0, reason="a real kubelet needs root (namespaces, mounts, cgroups, iptables)"),
     pytest.mark.skipif(shutil.which("containerd") is None, reason="containerd is not installed; run hack/node-deps.sh"),
 ]
+REAL_NODE_AND_PODMAN = [
+    pytest.mark.cluster,
+    *NEEDS_ROOT_AND_CONTAINERD,
+    pytest.mark.skipif(shutil.which("podman") is None, reason="podman builds the images the node runs (make images)"),
+]
+"""The marks of a test that runs images built here on the real node."""
 
 
 @dataclass

@@ -9,7 +9,7 @@ import asyncio
 import datetime
 import json
 import ssl
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from glm_operator.k8s.webhooks import (
 from glm_operator.render.webhook_certs import WebhookCertificates, generate
 from tests.support.client_certs import Issuer
 from tests.support.hostile_reviews import post_valid
+from tests.support.webhook_server import guarded_server, serve_while
 from tests.unit.test_settings import CHART_ENV, _configured
 
 API_SERVER = "kube-apiserver-webhook-client"
@@ -161,35 +162,6 @@ def _post(port: int, serving: WebhookCertificates, client: tuple[Path, Path] | N
     return post_valid(port, context, client, timeout=10)
 
 
-async def _serving(server: GuardedWebhookServer) -> AsyncGenerator[int]:
-    async for config in server(_answer):
-        yield int(config["url"].rsplit(":", 1)[1].split("/")[0])
-
-
-def _server(tmp_path: Path, serving: WebhookCertificates, client_auth: ClientAuth | None) -> GuardedWebhookServer:
-    (tmp_path / "tls.crt").write_bytes(serving.tls_cert)
-    (tmp_path / "tls.key").write_bytes(serving.tls_key)
-    return GuardedWebhookServer(
-        addr="127.0.0.1",
-        host="127.0.0.1",
-        certfile=str(tmp_path / "tls.crt"),
-        pkeyfile=str(tmp_path / "tls.key"),
-        client_auth=client_auth,
-    )
-
-
-def _serve_while(server: GuardedWebhookServer, scenario: Callable[[int], Awaitable[None]]) -> None:
-    async def run() -> None:
-        served = _serving(server)
-        port = await anext(served)
-        try:
-            await scenario(port)
-        finally:
-            await served.aclose()
-
-    asyncio.run(run())
-
-
 def test_the_server_requires_a_certificate_from_the_ca_with_an_allowed_name(
     tmp_path: Path, ca_file: Path, client_ca: Issuer
 ) -> None:
@@ -218,7 +190,7 @@ def test_the_server_requires_a_certificate_from_the_ca_with_an_allowed_name(
         passed = await asyncio.to_thread(check_client_auth, url, str(tmp_path / "ca.crt"), hostname="localhost")
         assert "got no answer" in passed
 
-    _serve_while(_server(tmp_path, serving, auth), scenario)
+    serve_while(guarded_server(tmp_path, serving, client_auth=auth), _answer, scenario)
 
 
 def test_helm_tests_client_auth_check_fails_on_a_server_that_answers_anyone(tmp_path: Path) -> None:
@@ -230,4 +202,4 @@ def test_helm_tests_client_auth_check_fails_on_a_server_that_answers_anyone(tmp_
         with pytest.raises(RuntimeError, match="answered a client without a client certificate .*HTTP/1.1 200"):
             await asyncio.to_thread(check_client_auth, url, str(tmp_path / "ca.crt"), hostname="localhost")
 
-    _serve_while(_server(tmp_path, serving, None), scenario)
+    serve_while(guarded_server(tmp_path, serving, client_auth=None), _answer, scenario)

@@ -14,7 +14,7 @@ import json
 import socket
 import ssl
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,6 @@ from glm_operator.k8s.admission_review import MAX_BODY_BYTES
 from glm_operator.k8s.webhook_certs import CertificateSource
 from glm_operator.k8s.webhook_limits import ConnectionLimits
 from glm_operator.k8s.webhooks import (
-    GuardedWebhookServer,
     SecretWebhookServer,
     decide,
     webhook_answers,
@@ -33,6 +32,7 @@ from glm_operator.k8s.webhooks import (
 )
 from glm_operator.render.webhook_certs import WebhookCertificates, generate
 from tests.support.hostile_reviews import JSON, VALID, review, valid_object
+from tests.support.webhook_server import guarded_server, serve_while
 
 LIMITS = ConnectionLimits(max_connections=3, handshake_seconds=1.0, header_seconds=0.5, idle_seconds=1.0)
 SERVING = generate(["localhost"], datetime.datetime.now(datetime.UTC))
@@ -97,37 +97,13 @@ def _closed_by_server(tls: ssl.SSLSocket) -> bytes:
     return data
 
 
-async def _serving(server: GuardedWebhookServer) -> AsyncGenerator[int]:
-    async for config in server(_answer):
-        yield int(config["url"].rsplit(":", 1)[1].split("/")[0])
-
-
 def _serve_while(
     tmp_path: Path,
     scenario: Callable[[int], Awaitable[None]],
     limits: ConnectionLimits = LIMITS,
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
 ) -> None:
-    (tmp_path / "tls.crt").write_bytes(SERVING.tls_cert)
-    (tmp_path / "tls.key").write_bytes(SERVING.tls_key)
-    server = GuardedWebhookServer(
-        addr="127.0.0.1",
-        host="127.0.0.1",
-        certfile=str(tmp_path / "tls.crt"),
-        pkeyfile=str(tmp_path / "tls.key"),
-        limits=limits,
-    )
-
-    async def run() -> None:
-        served = _serving(server)
-        port = await anext(served)
-        try:
-            await scenario(port)
-        finally:
-            await served.aclose()
-
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(run())
+    serve_while(guarded_server(tmp_path, SERVING, limits=limits), _answer, scenario, loop_factory)
 
 
 def test_a_connection_that_never_finishes_its_headers_is_answered_408_and_closed(tmp_path: Path) -> None:

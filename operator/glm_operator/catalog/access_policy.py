@@ -9,7 +9,6 @@ safe: no hostPath, no projected ServiceAccount token, no canary URL.
 
 from __future__ import annotations
 
-import json
 import posixpath
 import re
 from collections.abc import Mapping
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
+from glm_operator.catalog.policy_values import env_json, values_yaml
 
 ENV = "GLMOPS_ACCESS_POLICY"
 
@@ -146,13 +145,9 @@ class AccessPolicy:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AccessPolicy:
         """GLMOPS_ACCESS_POLICY (JSON of the chart's podPolicy and canaryData); unset means the defaults."""
-        raw = env.get(ENV, "").strip()
-        if not raw:
+        values = env_json(env, ENV, AccessPolicyError)
+        if values is None:
             return cls()
-        try:
-            values = json.loads(raw)
-        except json.JSONDecodeError as err:
-            raise AccessPolicyError(f"{ENV}: not JSON: {err}") from err
         try:
             return cls.from_values(values)
         except AccessPolicyError as err:
@@ -161,10 +156,7 @@ class AccessPolicy:
     @classmethod
     def from_file_text(cls, text: str, source: str) -> AccessPolicy:
         """A chart values file: its podPolicy and canaryData keys (others are ignored)."""
-        try:
-            raw = yaml.safe_load(text) or {}
-        except yaml.YAMLError as err:
-            raise AccessPolicyError(f"{source}: not valid YAML: {err}") from err
+        raw = values_yaml(text, source, AccessPolicyError)
         if not isinstance(raw, dict):
             raise AccessPolicyError(f"{source}: expected the chart's values, a mapping")
         try:

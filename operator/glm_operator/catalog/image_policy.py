@@ -11,13 +11,12 @@ names. Images are compared as Docker references, normalized as `docker pull` rea
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
+from glm_operator.catalog.policy_values import env_json, values_yaml
 
 ENV = "GLMOPS_IMAGE_POLICY"
 DOCKER_HUB = "docker.io"
@@ -116,22 +115,13 @@ class ImagePolicy:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ImagePolicy:
         """GLMOPS_IMAGE_POLICY (JSON of the chart's imagePolicy); unset means the open default."""
-        raw = env.get(ENV, "").strip()
-        if not raw:
-            return cls()
-        try:
-            values = json.loads(raw)
-        except json.JSONDecodeError as err:
-            raise PolicyError(f"{ENV}: not JSON: {err}") from err
-        return cls.from_values(values)
+        values = env_json(env, ENV, PolicyError)
+        return cls() if values is None else cls.from_values(values)
 
     @classmethod
     def from_file_text(cls, text: str, source: str) -> ImagePolicy:
         """A chart values file (its `imagePolicy` key) or the imagePolicy mapping itself."""
-        try:
-            raw = yaml.safe_load(text) or {}
-        except yaml.YAMLError as err:
-            raise PolicyError(f"{source}: not valid YAML: {err}") from err
+        raw = values_yaml(text, source, PolicyError)
         if isinstance(raw, dict) and not set(raw) <= {"allowCustomImages", "allowedRepositories"}:
             raw = raw.get("imagePolicy") or {}
         try:

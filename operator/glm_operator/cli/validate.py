@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from glm_operator.api import KIND
 from glm_operator.catalog.access_policy import AccessPolicy, AccessPolicyError
@@ -15,6 +16,7 @@ from glm_operator.cli.output import write_data
 from glm_operator.rules.engine import admit
 from glm_operator.rules.findings import clip
 
+P = TypeVar("P")
 EXIT_ADMITTED, EXIT_REFUSED, EXIT_BAD_INPUT = 0, 1, 2
 REPORT_FORMATS = ("json", "yaml")
 """Validate's results for machines; `text` (the default) is for people."""
@@ -33,18 +35,19 @@ def load_catalogs(
         except CatalogError as err:
             raise InputError(str(err)) from err
     if image_policy_file is not None:
-        try:
-            policy = ImagePolicy.from_file_text(read_bounded(image_policy_file, sys.stdin), image_policy_file)
-        except PolicyError as err:
-            raise InputError(str(err)) from err
-        catalogs = replace(catalogs, image_policy=policy)
+        catalogs = replace(catalogs, image_policy=_policy(image_policy_file, ImagePolicy.from_file_text, PolicyError))
     if access_policy_file is not None:
-        try:
-            access = AccessPolicy.from_file_text(read_bounded(access_policy_file, sys.stdin), access_policy_file)
-        except AccessPolicyError as err:
-            raise InputError(str(err)) from err
+        access = _policy(access_policy_file, AccessPolicy.from_file_text, AccessPolicyError)
         catalogs = replace(catalogs, access_policy=access)
     return catalogs
+
+
+def _policy(path: str, parse: Callable[[str, str], P], error: type[Exception]) -> P:
+    """A cluster policy from a chart values file (`-` is stdin), its error an InputError naming the file."""
+    try:
+        return parse(read_bounded(path, sys.stdin), path)
+    except error as err:
+        raise InputError(str(err)) from err
 
 
 def read_inputs(
