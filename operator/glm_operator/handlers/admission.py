@@ -13,7 +13,7 @@ from glm_operator.api import GROUP, PLURAL, VERSION
 from glm_operator.api.constants import REPAIR_WEBHOOK_ID, VALIDATE_WEBHOOK_ID
 from glm_operator.handlers.runtime import runtime
 from glm_operator.k8s.access import AccessCheckFailed, denied
-from glm_operator.k8s.webhooks import decide
+from glm_operator.k8s.webhooks import decide, large_review
 from glm_operator.rules.access import new_access_needs
 from glm_operator.rules.engine import REMEDIATIONS_ANNOTATION, Admission, admit
 from glm_operator.rules.findings import clip
@@ -23,12 +23,21 @@ OPERATIONS: list[Literal["CREATE", "UPDATE"]] = ["CREATE", "UPDATE"]
 
 
 async def _admit(body: kopf.Body, memo: kopf.Memo) -> Admission:
-    """Evaluate the rules (a large review off the event loop); an unexpected failure is a 4xx, never a 500."""
+    """Evaluate the rules once per object (a large review off the event loop, and not kept); an unexpected failure is
+    a 4xx, never a 500."""
+    context = runtime(memo)
+    obj, catalogs = dict(body), context.catalogs.get()
+    key = None if large_review() else context.admissions.key(obj)
+    if key is not None and (kept := context.admissions.get(key, catalogs)) is not None:
+        return kept  # the mutating call's answer, for the validating call of the same object
     try:
-        return await decide(admit, dict(body), runtime(memo).catalogs.get())
+        result = await decide(admit, obj, catalogs)
     except Exception as err:  # noqa: BLE001 (the API server must get a clear 4xx, not a stack trace)
         log.exception("rules engine failed on %s", body.get("metadata", {}).get("name"))
         raise kopf.AdmissionError(f"glmops could not evaluate this GLMDeployment: {clip(str(err))}", code=422) from err
+    if key is not None:
+        context.admissions.put(key, catalogs, result)
+    return result
 
 
 # The admission handlers are coroutines on purpose: kopf runs plain functions in the thread pool its reconciles

@@ -18,6 +18,7 @@ from typing import Any
 
 from glm_operator.catalog.access_policy import AccessPolicy
 from glm_operator.catalog.image_policy import ImagePolicy
+from glm_operator.k8s.admission_cache import AdmissionCache
 from glm_operator.k8s.catalog import CatalogSource
 from glm_operator.k8s.objects import OWNED_KINDS
 from glm_operator.planner.coalesce import Coalescer
@@ -44,6 +45,8 @@ class Runtime:
     confirm_owner: set[tuple[str, str]] = field(default_factory=set)
     # Deployments whose last refresh nobody waited for failed: each retried later, with backoff.
     retries: Retries = field(default_factory=Retries)
+    # The webhooks' last rule evaluations: the validating call reuses the mutating call's for the same object.
+    admissions: AdmissionCache = field(default_factory=AdmissionCache)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Runtime:
@@ -74,6 +77,7 @@ class Runtime:
             relist_requested=other.relist_requested,
             confirm_owner=other.confirm_owner,
             retries=other.retries,
+            admissions=other.admissions,
         )
 
 

@@ -56,6 +56,11 @@ _LARGE_REVIEW = contextvars.ContextVar("glmops_large_review", default=False)
 T = TypeVar("T")
 
 
+def large_review() -> bool:
+    """Whether the review being served is a large one (its work belongs off the event loop)."""
+    return _LARGE_REVIEW.get()
+
+
 async def decide(fn: Callable[..., T], *args: Any) -> T:
     """`fn(*args)` inline for the review being served, or in LARGE_REVIEWS when that review is large."""
     if not _LARGE_REVIEW.get():

@@ -1,0 +1,107 @@
+"""The webhooks judge an object once: the validating call reuses the mutating call's evaluation of the same object."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import kopf
+import pytest
+
+from glm_operator.handlers import admission
+from glm_operator.handlers.runtime import runtime
+from glm_operator.k8s.admission_cache import AdmissionCache
+from glm_operator.rules.engine import admit
+from tests.support.builders import GLMDeploymentBuilder as B
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    judged: list[str] = []
+
+    def counted(obj: dict[str, Any], catalogs: Any) -> Any:
+        judged.append(obj["metadata"]["name"])
+        return admit(obj, catalogs)
+
+    monkeypatch.setattr(admission, "admit", counted)
+    return judged
+
+
+def _both_webhooks(memo: kopf.Memo, mutating: dict[str, Any], validating: dict[str, Any]) -> tuple[Any, list[str]]:
+    patch, warnings = kopf.Patch(), []
+    asyncio.run(admission.repair(body=kopf.Body(mutating), patch=patch, warnings=[], memo=memo))  # type: ignore[arg-type]
+    asyncio.run(admission.validate(body=kopf.Body(validating), userinfo={}, warnings=warnings, memo=memo))  # type: ignore[arg-type]
+    return patch, warnings
+
+
+def _as_stored(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the API server sets between the mutating and the validating call of a create."""
+    stored = copy.deepcopy(obj)
+    stored["metadata"].update(uid="6c9a", creationTimestamp="2026-12-03T07:00:00Z", generation=1)
+    return stored
+
+
+def test_the_validating_call_of_an_unrepaired_create_reuses_the_mutating_call_s_evaluation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    judged = _counting(monkeypatch)
+    obj = B().name("once").accelerator("H200").tensor(8).build()
+    _, warnings = _both_webhooks(kopf.Memo(), obj, _as_stored(obj))
+    assert judged == ["once"]
+    fresh = admit(obj, None)
+    assert warnings == [f.message for f in fresh.findings if f.severity == "warning"]
+
+
+def test_a_refused_object_is_refused_by_the_reused_evaluation_with_every_problem(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    judged = _counting(monkeypatch)
+    obj = B().name("bad").accelerator("H200").tensor(8).build()
+    obj["spec"]["engine"]["env"] = [{"name": "LD_PRELOAD", "value": "/x.so"}]
+    memo = kopf.Memo()
+    with pytest.raises(kopf.AdmissionError) as refused:
+        _both_webhooks(memo, obj, _as_stored(obj))
+    assert judged == ["bad"]
+    assert str(refused.value) == admit(obj, runtime(memo).catalogs.get()).rejection()
+
+
+def test_a_repaired_object_is_judged_again_as_the_validating_call_sees_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    judged = _counting(monkeypatch)
+    obj = B().name("repaired").accelerator("H200").tensor(8).build()
+    obj["spec"]["engine"].pop("vllmVersion", None)  # Auto pins the default version: a repair
+    memo = kopf.Memo()
+    first = admit(obj, runtime(memo).catalogs.get())
+    assert first.changes, "the object should need a repair for this test"
+    _both_webhooks(memo, obj, _as_stored(first.patched))
+    assert judged == ["repaired", "repaired"]
+
+
+def test_an_evaluation_is_not_reused_under_other_catalogs_or_after_its_time() -> None:
+    now = [0.0]
+    cache = AdmissionCache(size=2, ttl_seconds=10, clock=lambda: now[0])
+    obj = B().name("a").build()
+    result = admit(obj, None)
+    catalogs, reread = object(), object()
+    key = cache.key(obj)
+    cache.put(key, catalogs, result)
+    assert cache.get(key, catalogs) is result
+    assert cache.get(key, reread) is None
+    now[0] = 10.5
+    assert cache.get(key, catalogs) is None
+
+
+def test_the_cache_keeps_only_the_newest_entries() -> None:
+    cache = AdmissionCache(size=2)
+    catalogs = object()
+    objs = [B().name(n).build() for n in ("a", "b", "c")]
+    for obj in objs:
+        cache.put(cache.key(obj), catalogs, admit(obj, None))
+    assert [cache.get(cache.key(o), catalogs) is not None for o in objs] == [False, True, True]
+
+
+def test_the_key_ignores_only_what_the_api_server_sets() -> None:
+    obj = B().name("k").build()
+    assert AdmissionCache.key(obj) == AdmissionCache.key(_as_stored(obj))
+    changed = copy.deepcopy(obj)
+    changed["metadata"].setdefault("annotations", {})["a"] = "b"
+    assert AdmissionCache.key(obj) != AdmissionCache.key(changed)
