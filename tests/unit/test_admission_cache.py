@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import itertools
+from pathlib import Path
 from typing import Any
 
 import kopf
 import pytest
+import yaml
 
 from glm_operator.handlers import admission
 from glm_operator.handlers.runtime import runtime
@@ -65,15 +68,32 @@ def test_a_refused_object_is_refused_by_the_reused_evaluation_with_every_problem
     assert str(refused.value) == admit(obj, runtime(memo).catalogs.get()).rejection()
 
 
-def test_a_repaired_object_is_judged_again_as_the_validating_call_sees_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    judged = _counting(monkeypatch)
-    obj = B().name("repaired").accelerator("H200").tensor(8).build()
+def _repaired(name: str) -> dict[str, Any]:
+    obj = B().name(name).accelerator("H200").tensor(8).build()
     obj["spec"]["engine"].pop("vllmVersion", None)  # Auto pins the default version: a repair
-    memo = kopf.Memo()
+    return obj
+
+
+def test_the_validating_call_of_a_repaired_create_reuses_the_repair_s_last_judgement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    judged = _counting(monkeypatch)
+    obj, memo = _repaired("repaired"), kopf.Memo()
     first = admit(obj, runtime(memo).catalogs.get())
     assert first.changes, "the object should need a repair for this test"
-    _both_webhooks(memo, obj, _as_stored(first.patched))
-    assert judged == ["repaired", "repaired"]
+    _, warnings = _both_webhooks(memo, obj, _as_stored(first.patched))
+    assert judged == ["repaired"]
+    again = admit(first.patched, runtime(memo).catalogs.get())  # what judging it afresh says
+    assert again.allowed and warnings == [f.message for f in again.findings if f.severity == "warning"]
+
+
+def test_an_object_other_than_the_repair_s_is_judged_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    judged = _counting(monkeypatch)
+    obj, memo = _repaired("changed-after"), kopf.Memo()
+    stored = _as_stored(admit(obj, runtime(memo).catalogs.get()).patched)
+    stored["metadata"].setdefault("labels", {})["team"] = "a"  # another mutating webhook added a label
+    _both_webhooks(memo, obj, stored)
+    assert judged == ["changed-after", "changed-after"]
 
 
 def test_an_evaluation_is_not_reused_under_other_catalogs_or_after_its_time() -> None:
@@ -105,3 +125,29 @@ def test_the_key_ignores_only_what_the_api_server_sets() -> None:
     changed = copy.deepcopy(obj)
     changed["metadata"].setdefault("annotations", {})["a"] = "b"
     assert AdmissionCache.key(obj) != AdmissionCache.key(changed)
+
+
+SAMPLES = sorted((Path(__file__).resolve().parents[2] / "samples").glob("*.yaml"))
+
+
+def test_judging_a_repair_s_result_again_gives_the_answer_the_repair_kept() -> None:
+    """What makes keeping a repair's answer for its result safe: the validating webhook reads the verdict, the
+    errors and the warnings, and judging the repaired object afresh gives the same ones (every sample, as written
+    and with its vLLM version left for Auto to pin)."""
+    repaired = []
+    for path in SAMPLES:
+        for unpinned, doc in itertools.product((False, True), [d for d in yaml.safe_load_all(path.read_text()) if d]):
+            if unpinned:
+                doc = copy.deepcopy(doc)
+                doc["spec"].get("engine", {}).pop("vllmVersion", None)
+            result = admit(doc, None)
+            if result.allowed and result.changes:
+                repaired.append((path.stem, unpinned, result))
+    assert len(repaired) >= 5, "the samples should hold repairs for this test to judge"
+    for name, unpinned, result in repaired:
+        again = admit(result.patched, None)
+        assert (again.allowed, _messages(again)) == (result.allowed, _messages(result)), (name, unpinned)
+
+
+def _messages(result: Any) -> tuple[list[str], list[str]]:
+    return [f.message for f in result.errors], [f.message for f in result.findings if f.severity == "warning"]

@@ -40,6 +40,17 @@ async def _admit(body: kopf.Body, memo: kopf.Memo) -> Admission:
     return result
 
 
+def _expect(memo: kopf.Memo, result: Admission) -> None:
+    """Keep a repair's answer for the object the API server makes of it, which the validating call then brings.
+
+    The repair's last round judged that very object, so judging it again finds the same errors and warnings (the
+    validating webhook reads only those). Where the API server's object differs (another webhook changed it,
+    defaults were added), its digest differs too and the validating call judges it afresh."""
+    context = runtime(memo)
+    if not large_review():
+        context.admissions.put(context.admissions.key(result.patched), context.catalogs.get(), result)
+
+
 # The admission handlers are coroutines on purpose: kopf runs plain functions in the thread pool its reconciles
 # block in, so under load an API server's admission request waited 10-20 s behind them (bench/RESULTS.md,
 # reconcile scale). The rules take about a millisecond; the catalogs are cached (a ConfigMap read every TTL).
@@ -48,6 +59,7 @@ async def repair(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: 
     result = await _admit(body, memo)
     if not result.allowed or not result.changes:
         return  # the validating webhook reports every problem in one message
+    _expect(memo, result)
     patch.spec["engine"] = result.patched["spec"]["engine"]
     record = result.patched["metadata"].get("annotations", {}).get(REMEDIATIONS_ANNOTATION)
     if record is not None:
