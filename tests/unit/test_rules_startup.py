@@ -64,3 +64,42 @@ def test_pipeline_2_malformed_partition_is_reported_once_by_63170() -> None:
 def test_the_message_cites_the_version_s_own_line(version: str, line: int) -> None:
     finding = errors(pp(1, version).env("VLLM_PP_LAYER_PARTITION", "1,77").build())["startup/pp-partition"]
     assert f"vllm/distributed/utils.py:{line} get_pp_indices" in finding.message
+
+
+def moe(backend: str, version: str = "0.32.0", all2all: str | None = None) -> dict:
+    b = B().model("zai-org/GLM-5.3").accelerator("B200").image(f"vllm/vllm-openai:v{version}")
+    b = b.set("spec.engine.moeBackend", backend)
+    return (b.set("spec.engine.all2allBackend", all2all) if all2all else b).build()
+
+
+@pytest.mark.parametrize(
+    "backend, version, refused",
+    [
+        ("flashinfer_moe_ep_mega_deep_gemm", "0.30.0", True),
+        ("flashinfer_moe_ep_mega_cutedsl", "0.31.0", True),
+        ("flashinfer_moe_ep_mega_deep_gemm", "0.32.0", True),
+        ("flashinfer_moe_ep_mega_deep_gemm", "0.33.0", True),
+        ("flashinfer_moe_ep_cutedsl", "0.32.0", False),
+        ("flashinfer_cutlass", "0.32.0", False),
+    ],
+)
+def test_moe_backend_restricted_to_deepseek_v4_is_refused_for_glm5(backend: str, version: str, refused: bool) -> None:
+    hit = errors(moe(backend, version))
+    assert ("startup/moe-backend-model" in hit) == refused
+    if refused:
+        finding = hit["startup/moe-backend-model"]
+        assert finding.field == "spec.engine.moeBackend"
+        assert "only for DeepSeek-V4" in finding.message and "vllm/config/kernel.py:" in finding.message
+
+
+def test_self_dispatching_moe_backend_refuses_an_explicit_all2all() -> None:
+    hit = errors(moe("flashinfer_moe_ep_cutedsl", "0.32.0", "deepep_low_latency"))
+    finding = hit["startup/moe-backend-all2all"]
+    assert finding.field == "spec.engine.all2allBackend"
+    assert "vllm/config/kernel.py:210" in finding.message and "Leave all2allBackend at auto" in finding.message
+
+
+def test_self_dispatching_moe_backend_with_the_default_all2all_is_clean() -> None:
+    assert "startup/moe-backend-all2all" not in errors(
+        moe("flashinfer_moe_ep_cutedsl", "0.32.0", "allgather_reducescatter")
+    )

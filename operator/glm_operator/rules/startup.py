@@ -62,4 +62,76 @@ def pp_partition_valid(ctx: Context) -> list[Finding]:
     return []
 
 
-STARTUP_CHECKS = (pp_partition_valid,)
+# vllm/config/kernel.py: KernelConfig.set_platform_defaults (run while VllmConfig is built) refuses these MoE
+# backends for any architecture outside FLASHINFER_MOE_EP_ARCHITECTURES (DeepSeek-V4 only), so for GLM-5.x:
+# version -> (the names, the line that raises in validate_flashinfer_moe_ep_model).
+MODEL_RESTRICTED_MOE: dict[str, tuple[frozenset[str], int]] = {
+    "0.30.0": (frozenset({"flashinfer_moe_ep_mega_deep_gemm", "flashinfer_moe_ep_mega_cutedsl"}), 194),
+    "0.31.0": (frozenset({"flashinfer_moe_ep_mega_deep_gemm", "flashinfer_moe_ep_mega_cutedsl"}), 187),
+    "0.32.0": (frozenset({"flashinfer_moe_ep_mega_deep_gemm"}), 237),
+    "0.33.0": (frozenset({"flashinfer_moe_ep_mega_deep_gemm"}), 238),
+    "0.34.0": (frozenset({"flashinfer_moe_ep_mega_deep_gemm"}), 238),
+}
+MODEL_RESTRICTED_ARCHITECTURES = frozenset({"DeepseekV4ForCausalLM", "DeepSeekV4MTPModel", "DeepseekV41ForCausalLM"})
+
+# vllm/config/kernel.py bind_passthrough_all2all_backend: these MoE backends dispatch and combine themselves
+# and refuse any all-to-all backend but the default: version -> (the names, the line that raises).
+SELF_DISPATCHING_MOE: dict[str, tuple[frozenset[str], int]] = {
+    "0.32.0": (frozenset({"flashinfer_moe_ep_cutedsl", "flashinfer_moe_ep_mega_deep_gemm"}), 210),
+    "0.33.0": (frozenset({"flashinfer_moe_ep_cutedsl", "flashinfer_moe_ep_mega_deep_gemm"}), 211),
+    "0.34.0": (frozenset({"flashinfer_moe_ep_cutedsl", "flashinfer_moe_ep_mega_deep_gemm"}), 211),
+}
+DEFAULT_ALL2ALL = ("auto", "allgather_reducescatter")
+
+
+def _per_version(table: dict[str, tuple[frozenset[str], int]], ctx: Context) -> tuple[frozenset[str], int | None]:
+    """The names a version refuses and its line; an unknown version is assumed to refuse every name any does."""
+    if ctx.version is None:
+        return frozenset().union(*(names for names, _ in table.values())), None
+    names, line = table.get(str(ctx.version), (frozenset(), 0))
+    return names, line
+
+
+def moe_backend_fits_model(ctx: Context) -> list[Finding]:
+    """No MoE backend vLLM's kernel config restricts to other architectures, nor one that refuses the all2all."""
+    if ctx.model is None:
+        return []
+    backend = ctx.spec.engine.moe_backend.lower().replace("-", "_")
+    arch = ctx.model.model.architecture
+    names, line = _per_version(MODEL_RESTRICTED_MOE, ctx)
+    where = f" (vllm/config/kernel.py:{line})" if line else ""
+    if backend in names and arch not in MODEL_RESTRICTED_ARCHITECTURES:
+        return [
+            Finding(
+                rule="startup/moe-backend-model",
+                severity="error",
+                field="spec.engine.moeBackend",
+                value=ctx.spec.engine.moe_backend,
+                problem=(
+                    f"vLLM {ctx.version or '(unknown version)'} runs it only for DeepSeek-V4 models and refuses to "
+                    f"start {ctx.model.model.name} ({arch}) with it{where}"
+                ),
+                fix="Use auto or a MoE backend for this model's format (docs/rules.md lists them)",
+            )
+        ]
+    names, line = _per_version(SELF_DISPATCHING_MOE, ctx)
+    where = f" (vllm/config/kernel.py:{line})" if line else ""
+    all2all = ctx.spec.engine.all2all_backend
+    if backend in names and all2all not in DEFAULT_ALL2ALL:
+        return [
+            Finding(
+                rule="startup/moe-backend-all2all",
+                severity="error",
+                field="spec.engine.all2allBackend",
+                value=all2all,
+                problem=(
+                    f"moeBackend {backend} dispatches and combines itself, so vLLM {ctx.version or '(unknown)'} "
+                    f"refuses to start with any other all-to-all backend{where}"
+                ),
+                fix="Leave all2allBackend at auto",
+            )
+        ]
+    return []
+
+
+STARTUP_CHECKS = (pp_partition_valid, moe_backend_fits_model)
