@@ -103,3 +103,47 @@ def test_self_dispatching_moe_backend_with_the_default_all2all_is_clean() -> Non
     assert "startup/moe-backend-all2all" not in errors(
         moe("flashinfer_moe_ep_cutedsl", "0.32.0", "allgather_reducescatter")
     )
+
+
+def extra(*args: str) -> dict:
+    return B().model("zai-org/GLM-5.3").accelerator("H200").tensor(8).set("spec.engine.extraArgs", list(args)).build()
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--kernel-config", '{"moe_backend": "triton"}'], "spec.engine.moeBackend"),
+        (['--kernel-config={"moe_backend": "triton"}'], "spec.engine.moeBackend"),
+        (["--kernel_config", '{"moe_backend": "triton"}'], "spec.engine.moeBackend"),
+        (["--kernel-conf", '{"moe_backend": "triton"}'], "spec.engine.moeBackend"),
+        (["--kernel-config.moe_backend=triton"], "spec.engine.moeBackend"),
+        (["--kernel-config.moe_backend", "triton"], "spec.engine.moeBackend"),
+        (["--kernel_config.moe_backend=triton"], "spec.engine.moeBackend"),
+        (["-ac", '{"backend": "FLASHMLA"}'], "spec.engine.attentionBackend"),
+        (["--attention-config.backend=FLASHMLA"], "spec.engine.attentionBackend"),
+        (["-sc.method=mtp"], "spec.engine.speculative"),
+        (["--speculative-config.num_speculative_tokens", "2"], "spec.engine.speculative"),
+    ],
+)
+def test_managed_knob_through_a_json_config_flag_is_refused(args: list[str], field: str) -> None:
+    finding = errors(extra(*args))["startup/extra-args-json"]
+    assert finding.field == "spec.engine.extraArgs[0]"
+    assert f"Set {field} instead" in finding.message
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--kernel-config", '{"enable_flashinfer_autotune": false}'],
+        ["--kernel-config.enable_flashinfer_autotune=false"],
+        ["--attention-config.use_prefill_decode_attention=true"],
+        ["--max-model-len", "8192"],
+    ],
+)
+def test_unmanaged_keys_of_json_config_flags_pass(args: list[str]) -> None:
+    assert "startup/extra-args-json" not in errors(extra(*args))
+
+
+def test_whole_speculative_config_is_refused_once_by_the_managed_flag_check() -> None:
+    hit = {f.rule for f in evaluate(extra("-sc", '{"method": "mtp"}'), CATALOGS) if f.severity == "error"}
+    assert "feasibility/extra-args" in hit and "startup/extra-args-json" not in hit

@@ -18,7 +18,13 @@ from glm_operator.rules.backends import all2all_backends
 from glm_operator.rules.context import Catalogs
 from glm_operator.rules.engine import evaluate
 from glm_operator.rules.partition import parse_partition
-from glm_operator.rules.startup import GET_PP_INDICES_LINES, MODEL_RESTRICTED_MOE, SELF_DISPATCHING_MOE
+from glm_operator.rules.startup import (
+    GET_PP_INDICES_LINES,
+    JSON_FLAG_ALIASES,
+    JSON_FLAGS,
+    MODEL_RESTRICTED_MOE,
+    SELF_DISPATCHING_MOE,
+)
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.vllm_source import extract
 from tests.vllm_source.test_source_facts import source
@@ -165,3 +171,28 @@ def test_glmops_refuses_every_moe_backend_the_kernel_config_refuses_for_glm5(ver
         assert bool(glmops) == (not vllm_ok), f"{version} moeBackend {backend} all2all {all2all}: glmops {glmops}"
         checked += 1
     assert refused > 0 and checked == len(backends) * len(all2alls)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_json_config_flags_and_their_managed_keys_exist(version: str) -> None:
+    """The JSON flags startup/extra-args-json reads are vLLM CLI flags, and their managed keys config fields."""
+    src = source(version)
+    cli = (src.root / "engine/arg_utils.py").read_text()
+    for flag in JSON_FLAGS:
+        assert f'"{flag}"' in cli, f"{flag} is not a vLLM {version} flag"
+    for alias, flag in JSON_FLAG_ALIASES.items():
+        assert f'"{alias}"' in cli, f"{alias} ({flag}) is not a vLLM {version} flag"
+    fields = {
+        "--kernel-config": ("config/kernel.py", "KernelConfig"),
+        "--attention-config": ("config/attention.py", "AttentionConfig"),
+    }
+    for flag, (rel, cls) in fields.items():
+        declared = {
+            n.target.id
+            for n in src.cls(rel, cls).body
+            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+        }
+        for key in JSON_FLAGS[flag]:
+            assert key in declared, f"{cls} of vLLM {version} has no field {key}"
+    parser = (src.root / "utils/argparse_utils.py").read_text()
+    assert 'processed_arg.startswith("-") and "." in processed_arg' in parser  # the dotted spelling

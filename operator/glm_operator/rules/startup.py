@@ -6,6 +6,8 @@ handled. Each check here cites the vLLM lines it mirrors (checked by tests/vllm_
 
 from __future__ import annotations
 
+import json
+
 from glm_operator.rules.context import Context
 from glm_operator.rules.findings import Finding
 from glm_operator.rules.partition import parse_partition
@@ -134,4 +136,75 @@ def moe_backend_fits_model(ctx: Context) -> list[Finding]:
     return []
 
 
-STARTUP_CHECKS = (pp_partition_valid, moe_backend_fits_model)
+# vLLM's JSON config flags (engine/arg_utils.py EngineArgs.add_cli_args; --kernel-config at 0.26.0:1565 ...
+# 0.34.0:1929, --attention-config/-ac at 0.26.0:1562 ... 0.34.0:1925) and the keys in them glmops renders from
+# the spec. FlexibleArgumentParser.parse_args (utils/argparse_utils.py, 0.32.0:425) also takes any key of them
+# as `--flag.key value` or `--flag.key=value` (JSON or plain), merged into the flag's JSON.
+JSON_FLAGS = {
+    "--kernel-config": {"moe_backend": "spec.engine.moeBackend"},
+    "--attention-config": {"backend": "spec.engine.attentionBackend"},
+    "--speculative-config": {"": "spec.engine.speculative"},  # every key: glmops renders the whole config
+}
+JSON_FLAG_ALIASES = {"-ac": "--attention-config", "-sc": "--speculative-config"}
+
+
+def _json_flag(name: str) -> str | None:
+    """The JSON config flag `name` spells: itself, its short alias, or a unique prefix (argparse abbreviation)."""
+    if name.startswith("--"):
+        head = name.replace("_", "-")
+        if head in JSON_FLAGS:
+            return head
+        found = [f for f in JSON_FLAGS if f.startswith(head)] if len(head) >= 5 else []
+        return found[0] if len(found) == 1 else None
+    return JSON_FLAG_ALIASES.get(name)
+
+
+def _managed_key(flag: str, key: str) -> str | None:
+    keys = JSON_FLAGS[flag]
+    return keys.get("") or keys.get(key.replace("-", "_"))
+
+
+def extra_args_json_knobs(ctx: Context) -> list[Finding]:
+    """extraArgs sets no managed knob through a JSON config flag, whole (`--kernel-config '{...}'`) or dotted."""
+    out: list[Finding] = []
+    args = ctx.spec.engine.extra_args
+    for i, arg in enumerate(args):
+        if not arg.startswith("-"):
+            continue
+        name, eq, inline = arg.partition("=")
+        value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+        base, dot, rest = name.partition(".")
+        flag = _json_flag(base)
+        if flag is None:
+            continue
+        if dot:
+            keys = {rest.split(".")[0]}
+        elif flag == "--speculative-config":
+            continue  # the whole flag is refused by feasibility/extra-args (MANAGED_FLAGS)
+        else:
+            try:
+                parsed = json.loads(value)
+            except ValueError:
+                continue  # not JSON: vLLM refuses it while parsing arguments, and no managed key is set
+            keys = set(parsed) if isinstance(parsed, dict) else set()
+        for key in sorted(keys):
+            field = _managed_key(flag, key)
+            if field is None:
+                continue
+            out.append(
+                Finding(
+                    rule="startup/extra-args-json",
+                    severity="error",
+                    field=f"spec.engine.extraArgs[{i}]",
+                    value=arg,
+                    problem=(
+                        f"vLLM reads it as {flag} key {key}, which glmops renders from {field}, where the rules "
+                        "can check it"
+                    ),
+                    fix=f"Set {field} instead and remove {key} from this argument",
+                )
+            )
+    return out
+
+
+STARTUP_CHECKS = (pp_partition_valid, moe_backend_fits_model, extra_args_json_knobs)
