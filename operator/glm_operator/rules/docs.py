@@ -8,6 +8,7 @@ from glm_operator.rules.feasibility import FEASIBILITY_CHECKS, GATE_FLAGS, MANAG
 from glm_operator.rules.known_issues import KNOWN_ISSUES
 from glm_operator.rules.network import NETWORK_CHECKS
 from glm_operator.rules.pod_settings import POD_SETTINGS_CHECKS
+from glm_operator.rules.startup import STARTUP_CHECKS
 from glm_operator.rules.storage import STORAGE_CHECKS
 
 FACTS_BY_ID = {f.id: f for f in vllm_facts.FACTS}
@@ -53,6 +54,9 @@ def render_rules_md() -> str:
     for check in STORAGE_CHECKS:
         doc = (check.__doc__ or "").strip().splitlines()[0]
         out.append(f"- `{check.__name__}`: {doc}")
+    out += ["", "## Start-up refusals (rule `startup/...`, docs/startup-refusals.md)", ""]
+    for startup_check in STARTUP_CHECKS:
+        out.append(f"- `{startup_check.__name__}`: {(startup_check.__doc__ or '').strip().splitlines()[0]}")
     out += ["", *_flags_md()]
     out += ["", "## Pod settings checks (rule `pod/...`)", "", "What is refused and why: docs/pod-settings.md.", ""]
     for check in POD_SETTINGS_CHECKS:

@@ -28,6 +28,7 @@ from glm_operator.rules.image_policy import image_policy_findings
 from glm_operator.rules.known_issues import KNOWN_ISSUES
 from glm_operator.rules.network import NETWORK_CHECKS
 from glm_operator.rules.pod_settings import POD_SETTINGS_CHECKS
+from glm_operator.rules.startup import STARTUP_CHECKS
 from glm_operator.rules.storage import STORAGE_CHECKS
 
 REMEDIATIONS_ANNOTATION = "glmops.dev/remediations"
@@ -80,7 +81,14 @@ def evaluate(obj: dict[str, Any], catalogs: Catalogs) -> list[Finding]:
         return hide_secret_env(schema_findings(err), obj)
     ctx = resolve(parsed.spec, catalogs, owned_env(obj))
     findings: list[Finding] = image_policy_findings(ctx)
-    for check in (*FEASIBILITY_CHECKS, *NETWORK_CHECKS, *POD_SETTINGS_CHECKS, *STORAGE_CHECKS, *ACCESS_CHECKS):
+    for check in (
+        *FEASIBILITY_CHECKS,
+        *NETWORK_CHECKS,
+        *POD_SETTINGS_CHECKS,
+        *STORAGE_CHECKS,
+        *STARTUP_CHECKS,
+        *ACCESS_CHECKS,
+    ):
         findings.extend(check(ctx))
     for rule in KNOWN_ISSUES:
         findings.extend(rule.findings(ctx))

@@ -1,0 +1,149 @@
+"""Start-up refusals (rule startup/...): what vLLM refuses while starting is refused at admission."""
+
+from __future__ import annotations
+
+import pytest
+
+from glm_operator.rules.context import Catalogs
+from glm_operator.rules.engine import evaluate
+from glm_operator.rules.findings import Finding
+from tests.support.builders import GLMDeploymentBuilder as B
+
+CATALOGS = Catalogs.packaged()
+
+
+def errors(obj: dict) -> dict[str, Finding]:
+    return {f.rule: f for f in evaluate(obj, CATALOGS) if f.severity == "error"}
+
+
+def pp(n: int, version: str = "0.32.0") -> B:
+    return (
+        B()
+        .model("zai-org/GLM-5.3")
+        .accelerator("H200")
+        .pipeline(n)
+        .tensor(8 // n)
+        .image(f"vllm/vllm-openai:v{version}")
+    )
+
+
+@pytest.mark.parametrize(
+    "value, why",
+    [
+        ("38,40", "has 2 entries but pipeline parallel size is 1"),
+        ("77", "sums to 77 but the model has 78 layers"),
+        ("a", "must be 1 comma-separated integers"),
+        ("", "must be 1 comma-separated integers"),
+        ("78.0", "must be 1 comma-separated integers"),
+    ],
+)
+def test_pipeline_1_partition_vllm_refuses_is_refused(value: str, why: str) -> None:
+    hit = errors(pp(1).env("VLLM_PP_LAYER_PARTITION", value).build())
+    finding = hit["startup/pp-partition"]
+    assert finding.field == "spec.engine.env[0].value"
+    assert why in finding.message
+    assert "vllm/distributed/utils.py:126 get_pp_indices" in finding.message
+    assert "Remove VLLM_PP_LAYER_PARTITION" in finding.message
+    assert "vllm-63170" not in hit
+
+
+def test_pipeline_1_partition_equal_to_the_layer_count_is_clean() -> None:
+    assert errors(pp(1).env("VLLM_PP_LAYER_PARTITION", "78").build()) == {}
+
+
+def test_pipeline_1_without_a_partition_is_clean() -> None:
+    assert "startup/pp-partition" not in errors(pp(1).build())
+
+
+def test_pipeline_2_malformed_partition_is_reported_once_by_63170() -> None:
+    hit = errors(pp(2).env("VLLM_PP_LAYER_PARTITION", "38").build())
+    assert "vllm-63170" in hit and "startup/pp-partition" not in hit
+
+
+@pytest.mark.parametrize("version, line", [("0.26.0", 127), ("0.31.0", 128), ("0.33.0", 198)])
+def test_the_message_cites_the_version_s_own_line(version: str, line: int) -> None:
+    finding = errors(pp(1, version).env("VLLM_PP_LAYER_PARTITION", "1,77").build())["startup/pp-partition"]
+    assert f"vllm/distributed/utils.py:{line} get_pp_indices" in finding.message
+
+
+def moe(backend: str, version: str = "0.32.0", all2all: str | None = None) -> dict:
+    b = B().model("zai-org/GLM-5.3").accelerator("B200").image(f"vllm/vllm-openai:v{version}")
+    b = b.set("spec.engine.moeBackend", backend)
+    return (b.set("spec.engine.all2allBackend", all2all) if all2all else b).build()
+
+
+@pytest.mark.parametrize(
+    "backend, version, refused",
+    [
+        ("flashinfer_moe_ep_mega_deep_gemm", "0.30.0", True),
+        ("flashinfer_moe_ep_mega_cutedsl", "0.31.0", True),
+        ("flashinfer_moe_ep_mega_deep_gemm", "0.32.0", True),
+        ("flashinfer_moe_ep_mega_deep_gemm", "0.33.0", True),
+        ("flashinfer_moe_ep_cutedsl", "0.32.0", False),
+        ("flashinfer_cutlass", "0.32.0", False),
+    ],
+)
+def test_moe_backend_restricted_to_deepseek_v4_is_refused_for_glm5(backend: str, version: str, refused: bool) -> None:
+    hit = errors(moe(backend, version))
+    assert ("startup/moe-backend-model" in hit) == refused
+    if refused:
+        finding = hit["startup/moe-backend-model"]
+        assert finding.field == "spec.engine.moeBackend"
+        assert "only for DeepSeek-V4" in finding.message and "vllm/config/kernel.py:" in finding.message
+
+
+def test_self_dispatching_moe_backend_refuses_an_explicit_all2all() -> None:
+    hit = errors(moe("flashinfer_moe_ep_cutedsl", "0.32.0", "deepep_low_latency"))
+    finding = hit["startup/moe-backend-all2all"]
+    assert finding.field == "spec.engine.all2allBackend"
+    assert "vllm/config/kernel.py:210" in finding.message and "Leave all2allBackend at auto" in finding.message
+
+
+def test_self_dispatching_moe_backend_with_the_default_all2all_is_clean() -> None:
+    assert "startup/moe-backend-all2all" not in errors(
+        moe("flashinfer_moe_ep_cutedsl", "0.32.0", "allgather_reducescatter")
+    )
+
+
+def extra(*args: str) -> dict:
+    return B().model("zai-org/GLM-5.3").accelerator("H200").tensor(8).set("spec.engine.extraArgs", list(args)).build()
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--kernel-config", '{"moe_backend": "triton"}'], "spec.engine.moeBackend"),
+        (['--kernel-config={"moe_backend": "triton"}'], "spec.engine.moeBackend"),
+        (["--kernel_config", '{"moe_backend": "triton"}'], "spec.engine.moeBackend"),
+        (["--kernel-conf", '{"moe_backend": "triton"}'], "spec.engine.moeBackend"),
+        (["--kernel-config.moe_backend=triton"], "spec.engine.moeBackend"),
+        (["--kernel-config.moe_backend", "triton"], "spec.engine.moeBackend"),
+        (["--kernel_config.moe_backend=triton"], "spec.engine.moeBackend"),
+        (["-ac", '{"backend": "FLASHMLA"}'], "spec.engine.attentionBackend"),
+        (["--attention-config.backend=FLASHMLA"], "spec.engine.attentionBackend"),
+        (["-sc.method=mtp"], "spec.engine.speculative"),
+        (["--speculative-config.num_speculative_tokens", "2"], "spec.engine.speculative"),
+    ],
+)
+def test_managed_knob_through_a_json_config_flag_is_refused(args: list[str], field: str) -> None:
+    finding = errors(extra(*args))["startup/extra-args-json"]
+    assert finding.field == "spec.engine.extraArgs[0]"
+    assert f"Set {field} instead" in finding.message
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--kernel-config", '{"enable_flashinfer_autotune": false}'],
+        ["--kernel-config.enable_flashinfer_autotune=false"],
+        ["--attention-config.use_prefill_decode_attention=true"],
+        ["--max-model-len", "8192"],
+    ],
+)
+def test_unmanaged_keys_of_json_config_flags_pass(args: list[str]) -> None:
+    assert "startup/extra-args-json" not in errors(extra(*args))
+
+
+def test_whole_speculative_config_is_refused_once_by_the_managed_flag_check() -> None:
+    hit = {f.rule for f in evaluate(extra("-sc", '{"method": "mtp"}'), CATALOGS) if f.severity == "error"}
+    assert "feasibility/extra-args" in hit and "startup/extra-args-json" not in hit
