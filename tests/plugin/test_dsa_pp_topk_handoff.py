@@ -54,6 +54,7 @@ def test_every_target_exists_in_the_source_of_every_proven_version(vllm_version:
         ("0.31.0", "vllm.models.deepseek_v32"),
         ("0.32.0", "vllm.models.deepseek_v32"),
         ("0.33.0", "vllm.models.deepseek_v32"),
+        ("0.34.0", "vllm.models.deepseek_v32"),
     ],
 )
 def test_the_registry_sends_glm5_to_a_module_whose_class_the_patch_wraps(version: str, module: str) -> None:
@@ -118,7 +119,7 @@ result["rocm"] = outcome("rocm")
 result["marked_after_rocm"] = {k: marked(cls(k)) for k in CLASSES}
 result["again"] = outcome("cuda")
 fwd = cls("cuda").forward
-result["wrapped_once"] = getattr(fwd.__wrapped__, MARK, None) is None
+result["wrapped_once"] = getattr(getattr(fwd, "__wrapped__", None), MARK, None) is None
 
 class Inner(torch.nn.Module):
     def __init__(self, start, end, last):
@@ -161,10 +162,38 @@ def stage(key, start, end, last):
         "sent": None if sent is None else [list(sent.shape), str(sent.dtype), sent[:, 0].tolist()],
     }
 
-result["stages"] = {
-    k: {f"{s}-{e}": stage(k, s, e, e == 12) for s, e in ((0, 4), (4, 12), (0, 6), (6, 12), (4, 9), (9, 12))}
-    for k in CLASSES
-}
+if result["cuda"]["applied"]:
+    result["stages"] = {
+        k: {f"{s}-{e}": stage(k, s, e, e == 12) for s, e in ((0, 4), (4, 12), (0, 6), (6, 12), (4, 9), (9, 12))}
+        for k in CLASSES
+    }
+
+# Where vLLM hands the rows off itself (0.34.0: pp_topk_buffers): does it send them for exactly the GLM-5 splits whose
+# later stages start on a reuse layer, as the patch's plan would? Its PP group is stood in by its world size.
+import os
+import vllm.envs as envs
+import vllm.model_executor.models.utils as model_utils
+result["upstream_handoff"] = hasattr(model_utils, "pp_topk_buffers")
+if result["upstream_handoff"]:
+    import vllm.distributed.parallel_state as parallel_state
+    glm = types.SimpleNamespace(index_topk=8, num_hidden_layers=78, index_topk_freq=4, index_skip_topk_offset=3)
+    buf = torch.zeros(4, 8, dtype=torch.int32)
+    real_group = parallel_state.get_pp_group
+    upstream = {}
+    for pp, override in ((2, None), (4, None), (8, None), (2, "38,40"), (4, "18,20,20,20"), (3, "26,24,28")):
+        if override: os.environ["VLLM_PP_LAYER_PARTITION"] = override
+        else: os.environ.pop("VLLM_PP_LAYER_PARTITION", None)
+        if hasattr(envs, "disable_envs_cache"): envs.disable_envs_cache()
+        parallel_state.get_pp_group = lambda pp=pp: types.SimpleNamespace(world_size=pp)
+        sent = model_utils.pp_topk_buffers(glm, buf, range(78))
+        plans = [ops_dsa.handoff_plan(s, e, 78, **ops_dsa.reuse_rule_of(glm))
+                 for s, e in ops_dsa.stage_bounds(ops_dsa.pp_partition(78, pp, override))]
+        upstream[f"{pp}:{override}"] = {"vllm_sends": sorted(sent),
+                                        "sent_is_the_buffer": all(v is buf for v in sent.values()),
+                                        "plan_receives": any(p.receives for p in plans)}
+    parallel_state.get_pp_group = real_group
+    os.environ.pop("VLLM_PP_LAYER_PARTITION", None)
+    result["upstream"] = upstream
 
 import os
 parts = {}
@@ -216,10 +245,52 @@ def test_runtime_reports_the_version_it_imported(runtime: dict[str, Any], vllm_v
     ],
 )
 def test_the_guard_applies_on_cuda_and_rocm_and_skips_otherwise(
-    runtime: dict[str, Any], scenario: str, applied: bool, reason: str
+    runtime: dict[str, Any], vllm_version: str, scenario: str, applied: bool, reason: str
 ) -> None:
+    if Version.parse(vllm_version) >= UPSTREAM_HANDOFF_SINCE and scenario != "off":  # the version is asked first
+        applied, reason = False, f"vLLM {vllm_version} is outside the affected range >=0.26.0,<0.34.0"
     assert runtime[scenario]["applied"] is applied
     assert reason in runtime[scenario]["message"]
+
+
+UPSTREAM_HANDOFF_SINCE = Version.parse("0.34.0")  # pp_topk_buffers in vllm/model_executor/models/utils.py
+
+
+def test_from_0_34_0_vllm_hands_the_rows_off_itself_and_the_patch_stands_down(
+    runtime: dict[str, Any], vllm_version: str
+) -> None:
+    fixed = Version.parse(vllm_version) >= UPSTREAM_HANDOFF_SINCE
+    assert runtime["upstream_handoff"] is fixed
+    assert (Version.parse(vllm_version) in INFO.affected) is not fixed
+    if not fixed:
+        assert runtime["cuda"]["applied"] and runtime["rocm"]["applied"]
+        return
+    # Not applied, nothing wrapped, and not even its targets looked up (a deleted one does not stop the server).
+    assert not runtime["cuda"]["applied"] and not runtime["rocm"]["applied"] and not runtime["again"]["applied"]
+    neither = {"__init__": False, "forward": False}
+    assert runtime["marked_after_rocm"] == {k: neither for k in runtime["marked_after_rocm"]}
+    assert runtime["missing"] == "no error"
+    # vLLM's own hand-off sends the stage's top-k buffer exactly where the patch would have.
+    for split, got in runtime["upstream"].items():
+        assert got["vllm_sends"] == (["topk_indices"] if got["plan_receives"] else []), split
+        assert got["sent_is_the_buffer"], split
+    assert [k for k, v in runtime["upstream"].items() if v["plan_receives"]] == ["2:None", "4:None", "8:None"]
+
+
+@pytest.mark.parametrize("module", ["nvidia", "amd"])
+def test_the_0_34_0_models_serving_glm5_send_and_copy_in_the_upstream_top_k_rows(module: str) -> None:
+    # The class the registry picks for GlmMoeDsaForCausalLM on CUDA / ROCm builds pp_topk_buffers in __init__,
+    # copies received rows in (copy_pp_buffers) and sends its buffer in the IntermediateTensors it returns.
+    path = vllm_source("0.34.0") / "vllm" / "models" / "deepseek_v32" / module / "model.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    calls: dict[str, set[str]] = {}
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
+            names = {c.func.id for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+            calls[f"{cls.name}.{fn.name}"] = names | ({"pp_buffers"} if "self.pp_buffers" in ast.unparse(fn) else set())
+    init = next(k for k, v in calls.items() if k.endswith(".__init__") and "pp_topk_buffers" in v)
+    owner = init.split(".")[0]
+    assert {"copy_pp_buffers", "IntermediateTensors", "pp_buffers"} <= calls[f"{owner}.forward"]
 
 
 ROCM_DSA_MODULE_SINCE = Version.parse("0.27.1")
@@ -235,6 +306,8 @@ def test_the_rocm_dsa_module_exists_from_0_27_1_and_the_patch_asks_for_it_only_t
 
 
 def test_applying_wraps_the_generic_and_the_platform_class_once(runtime: dict[str, Any]) -> None:
+    if not runtime["cuda"]["applied"]:
+        pytest.skip("vLLM hands the rows off itself: the patch wraps nothing (proven above)")
     both = {"__init__": True, "forward": True}
     neither = {"__init__": False, "forward": False}
     rocm = runtime["rocm_module"]
@@ -263,6 +336,8 @@ STAGES = [
 def test_the_patched_model_preallocates_copies_in_and_sends_top_k_rows_only_where_needed(
     runtime: dict[str, Any], model: str, bounds: str, receives: bool, sends: bool, empty_key: Any
 ) -> None:
+    if not runtime["cuda"]["applied"]:
+        pytest.skip("vLLM hands the rows off itself: the patch wraps nothing (proven above)")
     if model == "rocm" and not runtime["rocm_module"]:
         pytest.skip("this vLLM has no ROCm deepseek_v32 class (the generic class serves ROCm)")
     got = runtime["stages"][model][bounds]
@@ -281,6 +356,8 @@ def test_our_stage_split_is_vllms_get_pp_indices(runtime: dict[str, Any]) -> Non
 
 
 def test_a_missing_target_refuses_to_start(runtime: dict[str, Any]) -> None:
+    if not runtime["cuda"]["applied"]:
+        pytest.skip("the patch stands down here and needs no target (proven above)")
     assert "GlmMoeDsaForCausalLM" in runtime["missing"] and "not found" in runtime["missing"]
 
 
@@ -398,3 +475,4 @@ def test_the_registry_entry_names_the_upstream_issue_and_prs() -> None:
     assert INFO.issue == "vllm-63170" and INFO.issue_url.endswith("/issues/63170")
     assert any(pr.endswith("/pull/59961") for pr in INFO.prs)
     assert Version.parse("0.33.0") in INFO.affected and Version.parse("0.26.0") in INFO.affected
+    assert Version.parse("0.34.0") not in INFO.affected

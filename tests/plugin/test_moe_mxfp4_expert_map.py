@@ -38,6 +38,7 @@ PATCH = moe_patch.PATCH
 KERNEL_REMAPS_FROM = "0.32.0"
 INC_METHOD_FROM = "0.27.1"  # INC's W4A4 MXFP4 MoE method
 MARLIN_TAKES_ONE_SIDED_FROM = "0.27.1"  # 0.26.0's Marlin experts refuse FlashInfer NVLink one-sided too
+LAYOUT_ON_MOE_CONFIG_FROM = "0.34.0"  # FusedMoEConfig.activation_format; DeepEP v2 hands padded rows
 
 
 def _before(version: str, first: str) -> bool:
@@ -236,7 +237,7 @@ from glmops_vllm_patches.ops_moe import (contiguous_expert_map, dense_moe, group
 import vllm
 from vllm.model_executor.layers.fused_moe.experts import cutlass_moe as cm
 from vllm.model_executor.layers.fused_moe.experts.marlin_moe import MarlinExperts
-from vllm.model_executor.layers.fused_moe.config import FusedMoEParallelConfig
+from vllm.model_executor.layers.fused_moe.config import FusedMoEConfig, FusedMoEParallelConfig
 from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
 from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe import (
     compressed_tensors_moe_w4a4_mxfp4 as ct)
@@ -283,7 +284,9 @@ def missing(owner, name):
         setattr(owner, name, saved)
 saved = cm.run_cutlass_moe_mxfp4
 result["missing"] = missing(cm, "run_cutlass_moe_mxfp4")
-result["missing_batched"] = missing(FusedMoEParallelConfig, "use_batched_activation_format")
+LAYOUT_ON_MOE_CONFIG = V >= P.LAYOUT_ON_MOE_CONFIG  # 0.34.0: the MoE config's activation_format says the layout
+result["missing_batched"] = (missing(FusedMoEConfig, "activation_format") if LAYOUT_ON_MOE_CONFIG
+                             else missing(FusedMoEParallelConfig, "use_batched_activation_format"))
 result["untouched_after_missing"] = not marked(CT.__init__)
 try:
     run(ctx(GLMOPS_MOE_MXFP4_BACKEND="triton")); result["bad_backend"] = "no error"
@@ -296,9 +299,18 @@ def pc(backend, dp=2, ep=2):
 BACKENDS = ["allgather_reducescatter", "deepep_high_throughput", "flashinfer_nvlink_one_sided",
             "flashinfer_nvlink_two_sided", "deepep_low_latency", "nixl_ep", "deepep_v2"]
 BATCHED = ["deepep_low_latency", "nixl_ep"]
-# vLLM's own reading: which layouts hand the experts per-expert batches, and which format the experts take
-result["batched_layout"] = {f"{b}/dp{dp}": bool(pc(b, dp=dp).use_batched_activation_format)
-                            for b in BACKENDS for dp in (1, 2)}
+def moe_config(backend, dp=2):
+    moe = types.SimpleNamespace(moe_parallel_config=pc(backend, dp=dp), moe_backend="auto")
+    if LAYOUT_ON_MOE_CONFIG:  # vLLM's own property, read on the stand-in config
+        moe.activation_format = FusedMoEConfig.activation_format.fget(moe)
+    return moe
+def layout(backend, dp):
+    moe = moe_config(backend, dp)
+    if LAYOUT_ON_MOE_CONFIG:
+        return moe.activation_format.name
+    return "BatchedExperts" if moe.moe_parallel_config.use_batched_activation_format else "Standard"
+# vLLM's own reading: the token layout each all-to-all hands the experts, and which format the experts take
+result["layout"] = {f"{b}/dp{dp}": layout(b, dp) for b in BACKENDS for dp in (1, 2)}
 result["experts_format"] = [Cut.activation_format().name, MarlinExperts.activation_format().name]
 result["parallel_before"] = {b: bool(Cut._supports_parallel_config(pc(b))) for b in BACKENDS}
 
@@ -359,7 +371,7 @@ if result["apply_marked"]:
 # the methods' choice: a CUTLASS-capable GPU is simulated; the all-to-all backend and the switch decide
 Cut._supports_current_device = staticmethod(lambda: True)
 def build(cls, backend, dp=2):
-    moe = types.SimpleNamespace(moe_parallel_config=pc(backend, dp=dp), moe_backend="auto")
+    moe = moe_config(backend, dp)
     try:
         m = cls(moe)
     except P.UnsupportedMoEDeployment as exc:
@@ -408,7 +420,12 @@ def test_real_vllm_missing_target_or_bad_switch_refuses_to_start(runtime: dict, 
     res = _result(runtime, version)
     assert "run_cutlass_moe_mxfp4" in res["missing"] and "not found" in res["missing"]
     batched = res["missing_batched"]
-    assert "FusedMoEParallelConfig.use_batched_activation_format" in batched and "not found" in batched
+    owner = (
+        "FusedMoEConfig.activation_format"
+        if not _before(version, LAYOUT_ON_MOE_CONFIG_FROM)
+        else ("FusedMoEParallelConfig.use_batched_activation_format")
+    )
+    assert owner in batched and "not found" in batched
     assert res["untouched_after_missing"] is True
     assert "GLMOPS_MOE_MXFP4_BACKEND: 'triton'" in res["bad_backend"]
 
@@ -483,6 +500,8 @@ _EXPECTED_CHOICE: dict[str, dict[str, dict[str, Any] | str]] = {
 
 def expected_choice(switch: str, version: str) -> dict[str, dict[str, Any] | str]:
     expected = dict(_EXPECTED_CHOICE[switch])
+    if not _before(version, LAYOUT_ON_MOE_CONFIG_FROM):  # DeepEP v2 hands padded rows: neither experts takes them
+        expected["deepep_v2"] = NEITHER
     if switch == "marlin" and _before(version, MARLIN_TAKES_ONE_SIDED_FROM):
         expected["flashinfer_nvlink_one_sided"] = NEITHER
     return expected
@@ -497,11 +516,14 @@ def marlin_rejects(backend: str, version: str) -> bool:
 def test_real_vllm_reads_deepep_ll_and_nixl_ep_as_batched_only_with_data_parallel_and_both_experts_as_standard(
     runtime: dict, version: str
 ) -> None:
-    # The premise of the batched refusal, read from vLLM itself: those layouts hand the experts per-expert batches
-    # only when the all-to-all kernels are built (EP with DP > 1), and neither experts class takes batches.
+    # The premise of the layout refusal, read from vLLM itself: those layouts hand the experts per-expert batches
+    # only when the all-to-all kernels are built (EP with DP > 1), and neither experts class takes batches; from
+    # 0.34.0 DeepEP v2 hands them padded rows, which neither takes either.
     res = _result(runtime, version)
-    batched = {key for key, value in res["batched_layout"].items() if value}
+    batched = {key for key, value in res["layout"].items() if value == "BatchedExperts"}
     assert batched == {f"{backend}/dp2" for backend in BATCHED}
+    padded = {key for key, value in res["layout"].items() if value not in ("BatchedExperts", "Standard")}
+    assert padded == (set() if _before(version, LAYOUT_ON_MOE_CONFIG_FROM) else {"deepep_v2/dp2"})
     assert res["experts_format"] == ["Standard", "Standard"]
 
 
@@ -531,6 +553,8 @@ def test_real_vllm_methods_refuse_layouts_their_experts_cannot_take_and_the_swit
                 assert ("GLMOPS_MOE_MXFP4_BACKEND=marlin" in message) != marlin_rejects(backend, version), message
             if backend in BATCHED:
                 assert "batched" in message and "after loading every weight" in message
+            if backend == "deepep_v2":
+                assert "PaddedStandard rows" in message and "after loading every weight" in message
                 assert "deepep_high_throughput works with GLMOPS_MOE_MXFP4_BACKEND=marlin" in message
     # A GPU without CUTLASS MXFP4: vLLM picks Marlin itself and the patch stays out of the way.
     assert res["choice_no_cutlass_gpu"] == MARLIN

@@ -148,7 +148,7 @@ def test_wrapper_logic_turns_both_flags_off_for_a_bf16_layer_and_leaves_a_quanti
 # --- runtime: the real vLLM of every proven version ---------------------------------------------------------------
 
 RUNTIME = r"""
-import os, sys, types
+import inspect, os, sys, types
 import torch
 from torch import nn
 from glmops_vllm_patches import plugin, ops_mla, patch_rocm_mla_bf16_bmm as P
@@ -209,7 +209,11 @@ sys.modules["aiter.ops.triton.quant"] = quant
 def process(kind, fp4, fp8):
     obj = mla_layer(kind, fp4, fp8)
     weight = obj.kv_b_proj.weight.detach().clone()
-    M.MLAAttention.process_weights_after_loading(obj, torch.bfloat16)
+    if "act_dtype" in inspect.signature(M.MLAAttention.process_weights_after_loading).parameters:
+        M.MLAAttention.process_weights_after_loading(obj, torch.bfloat16)
+    else:  # 0.34.0: the layer holds act_dtype (set in __init__) and the method takes no argument
+        obj.act_dtype = torch.bfloat16
+        M.MLAAttention.process_weights_after_loading(obj)
     out = {"flags": [obj.is_aiter_triton_fp4_bmm_enabled, obj.is_aiter_triton_fp8_bmm_enabled]}
     if not any(out["flags"]):
         uk_t, uv = ops_mla.reference_split(weight, L, N, PD, VD)

@@ -58,12 +58,15 @@ INFO = PatchInfo(
         "make_empty_intermediate_tensors and copies the received rows into its buffer before its first layer. "
         "vLLM's TP split of the tensor dict is kept (the rows are replicated across TP ranks)."
     ),
-    affected=VersionRange("0.26.0"),
+    # 0.34.0 sends the rows itself on CUDA and ROCm (model_executor/models/utils.py:1076 pp_topk_buffers, used by
+    # models/deepseek_v32/nvidia/model.py:233,274,310 and amd/model.py:191,222,243): a second hand-off there would
+    # be a bug, so the patch stands down from 0.34.0.
+    affected=VersionRange("0.26.0", "0.34.0"),
     platforms=("cuda", "rocm"),
     remove_when=(
-        "a vLLM release passes the DSA top-k rows across pipeline stages itself (vllm-project/vllm#59961 or its "
-        "successor merged, issue 63170 closed); until then every new version is checked by "
-        "tests/plugin/test_dsa_pp_topk_handoff.py"
+        "the oldest supported vLLM is 0.34.0 or later: 0.34.0 passes the DSA top-k rows across pipeline stages "
+        "itself (pp_topk_buffers in vllm/model_executor/models/utils.py, used by the CUDA and ROCm deepseek_v32 "
+        "models that serve GlmMoeDsaForCausalLM); tests/plugin/test_dsa_pp_topk_handoff.py proves it per version"
     ),
 )
 

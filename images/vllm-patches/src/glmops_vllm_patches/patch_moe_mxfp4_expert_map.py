@@ -13,6 +13,11 @@ verified workaround; `--moe-backend marlin` does not reach these methods), and (
 batched all-to-all layouts (DeepEP low-latency, NIXL EP: per-expert token batches), which neither the CUTLASS nor the
 Marlin experts these methods build take (both standard format; the methods never build BatchedMarlinExperts), so
 vLLM fails there only after loading every weight (<= 0.31 in FusedMoEExperts.__init__, 0.32+ in its MXFP4 oracle).
+0.34.0 is still affected: CompressedTensorsW4A4Mxfp4MoEMethod.__init__ still picks CUTLASS by device capability
+(compressed_tensors_moe_w4a4_mxfp4.py:71,77-79) unless --moe-backend is b12x, deep_gemm or a FlashInfer EP backend
+(:68-76, those go through the oracle and are left alone), and refuses a layout only in make_mxfp4_moe_kernel
+(oracle/mxfp4.py:2274), after loading; the layout moved to FusedMoEConfig.activation_format (fused_moe/config.py:1468),
+where DeepEP v2 adds PaddedStandard rows, refused the same way (c).
 """
 
 from __future__ import annotations
@@ -56,7 +61,8 @@ INFO = PatchInfo(
         "GLMOPS_MOE_MXFP4_BACKEND=marlin "
         "(default cutlass) moves a CUTLASS choice to MarlinExperts; with either value a CUTLASS choice with a "
         "batched all-to-all layout (FusedMoEParallelConfig.use_batched_activation_format: DeepEP low-latency, "
-        "NIXL EP) is refused too (MarlinExperts takes only the standard format as well)."
+        "NIXL EP; from 0.34.0 FusedMoEConfig.activation_format, which also names DeepEP v2's padded rows) is "
+        "refused too (MarlinExperts takes only the standard format as well)."
     ),
     affected=VersionRange("0.26.0"),  # every supported version: the method guard; < 0.32.0 also the remap
     platforms=("cuda",),
@@ -67,7 +73,7 @@ INFO = PatchInfo(
     ),
 )
 
-# Where vLLM keeps what the patch needs (the same modules in 0.26.0-0.33.0; 0.26.0 has no INC MXFP4 MoE method).
+# Where vLLM keeps what the patch needs (the same modules in 0.26.0-0.34.0; 0.26.0 has no INC MXFP4 MoE method).
 _CUTLASS = "vllm.model_executor.layers.fused_moe.experts.cutlass_moe"
 _MARLIN = "vllm.model_executor.layers.fused_moe.experts.marlin_moe"
 _ORACLE = "vllm.model_executor.layers.fused_moe.oracle.mxfp4"
@@ -97,6 +103,13 @@ FI_NVL_TWO_SIDED = Target(_MOE_CONFIG, "FusedMoEParallelConfig.use_fi_nvl_two_si
 FI_NVL_ONE_SIDED = Target(_MOE_CONFIG, "FusedMoEParallelConfig.use_fi_nvl_one_sided_kernels")
 # DeepEP low-latency or NIXL EP all-to-all kernels: tokens arrive as per-expert batches (BatchedExperts format).
 BATCHED_LAYOUT = Target(_MOE_CONFIG, "FusedMoEParallelConfig.use_batched_activation_format")
+# From 0.34.0 the layout is a property of the MoE config the methods get (fused_moe/config.py:1468 activation_format):
+# BatchedExperts as before, and PaddedStandard for DeepEP v2 (rows are an upper bound, padding marked by topk_ids -1),
+# which the Standard-format CUTLASS and Marlin experts do not take either (modular_kernel.py:119 is_superset; vLLM
+# refuses it only in make_mxfp4_moe_kernel, oracle/mxfp4.py:2242-2274, after loading every weight).
+LAYOUT_ON_MOE_CONFIG = Version.parse("0.34.0")
+ACTIVATION_FORMAT = Target(_MOE_CONFIG, "FusedMoEConfig.activation_format")
+STANDARD_FORMAT = Target("vllm.model_executor.layers.fused_moe.modular_kernel", "FusedMoEActivationFormat.Standard")
 CT_METHOD = Target(_CT, "CompressedTensorsW4A4Mxfp4MoEMethod")
 CT_INIT = Target(_CT, "CompressedTensorsW4A4Mxfp4MoEMethod.__init__", ("moe",))
 INC_METHOD = Target(_INC, "INCMxfp4MoEMethod")
@@ -108,7 +121,7 @@ BACKEND_ENV = "GLMOPS_MOE_MXFP4_BACKEND"
 BACKENDS = ("cutlass", "marlin")
 
 # What the wrapped methods read when a model is built; set by apply().
-_settings: dict[str, Any] = {"backend": "cutlass", "version": None}
+_settings: dict[str, Any] = {"backend": "cutlass", "version": None, "standard_format": None}
 _logged: set[str] = set()
 
 
@@ -121,6 +134,13 @@ def method_inits(version: Version) -> tuple[tuple[Target, Target], ...]:
     return ((CT_METHOD, CT_INIT), *(((INC_METHOD, INC_INIT),) if version >= INC_SINCE else ()))
 
 
+def layout_targets(version: Version) -> tuple[Target, ...]:
+    """What tells the patch the token layout the all-to-all hands the experts, in `version`."""
+    if version >= LAYOUT_ON_MOE_CONFIG:
+        return (ACTIVATION_FORMAT, STANDARD_FORMAT)
+    return (BATCHED_LAYOUT,)
+
+
 def targets(ctx: Context) -> tuple[Target, ...]:
     common = (
         CUTLASS_EXPERTS,
@@ -130,7 +150,7 @@ def targets(ctx: Context) -> tuple[Target, ...]:
         DEEPEP_HT,
         FI_NVL_TWO_SIDED,
         FI_NVL_ONE_SIDED,
-        BATCHED_LAYOUT,
+        *layout_targets(ctx.version),
     )
     methods = tuple(t for pair in method_inits(ctx.version) for t in pair)
     if ctx.version < UPSTREAM_REMAP:
@@ -154,7 +174,8 @@ def backend_choice(env: Mapping[str, str]) -> str:
 
 def apply(ctx: Context, found: Mapping[Target, Any]) -> str:
     backend = backend_choice(ctx.env)
-    _settings.update(backend=backend, version=ctx.version)
+    standard = found[STANDARD_FORMAT] if ctx.version >= LAYOUT_ON_MOE_CONFIG else None
+    _settings.update(backend=backend, version=ctx.version, standard_format=standard)
     cutlass_cls = found[CUTLASS_EXPERTS]
     done = []
     if ctx.version >= UPSTREAM_REMAP:
@@ -234,7 +255,7 @@ def _check_cutlass_choice(method: Any, moe: Any, marlin_cls: type, marlin_backen
     pc = moe.moe_parallel_config
     rejected = rejected_all2all(pc)
     where = f"{type(method).__name__}"
-    _refuse_batched_layout(pc, where)
+    _refuse_non_standard_layout(moe, where)
     marlin_takes = bool(marlin_cls._supports_parallel_config(pc))  # type: ignore[attr-defined]
     if _settings["backend"] == "marlin":
         if not marlin_takes:
@@ -266,16 +287,35 @@ def _check_cutlass_choice(method: Any, moe: Any, marlin_cls: type, marlin_backen
         )
 
 
-def _refuse_batched_layout(pc: Any, where: str) -> None:
-    """DeepEP low-latency / NIXL EP hand the experts per-expert batches; CUTLASS and MarlinExperts take neither."""
-    if not pc.use_batched_activation_format:
+def non_standard_layout(moe: Any) -> str | None:
+    """How the all-to-all hands the experts their tokens when not one row per token (None: standard).
+
+    CUTLASS and MarlinExperts take only the standard layout; DeepEP low-latency / NIXL EP hand per-expert batches, and
+    from 0.34.0 DeepEP v2 hands padded rows (the MoE config's activation_format says which).
+    """
+    standard = _settings["standard_format"]
+    if standard is None:  # < 0.34.0: the parallel config says whether the layout is batched
+        batched = moe.moe_parallel_config.use_batched_activation_format
+        return "per-expert token batches (batched format)" if batched else None
+    fmt = moe.activation_format
+    if fmt == standard:
+        return None
+    if getattr(fmt, "is_batched", False):
+        return "per-expert token batches (batched format)"
+    return f"{fmt.name} rows (a row count that is only an upper bound, padding rows among them)"
+
+
+def _refuse_non_standard_layout(moe: Any, where: str) -> None:
+    """Refuse a layout that neither the CUTLASS nor the Marlin experts the method builds take."""
+    layout = non_standard_layout(moe)
+    if layout is None:
         return
-    backend = getattr(pc, "all2all_backend", "?")
+    backend = getattr(moe.moe_parallel_config, "all2all_backend", "?")
     raise UnsupportedMoEDeployment(
-        f"--all2all-backend: {backend}: this all-to-all hands the MoE experts per-expert token batches (batched "
-        f"format); neither the CUTLASS nor the Marlin MXFP4 MoE experts that {where} builds take it, so vLLM would "
-        f"fail only after loading every weight (glmops patch {INFO.name}, {INFO.issue_url}). Use --all2all-backend "
-        f"allgather_reducescatter (deepep_high_throughput works with {BACKEND_ENV}=marlin)."
+        f"--all2all-backend: {backend}: this all-to-all hands the MoE experts {layout}; neither the CUTLASS nor "
+        f"the Marlin MXFP4 MoE experts that {where} builds take it, so vLLM would fail only after loading every "
+        f"weight (glmops patch {INFO.name}, {INFO.issue_url}). Use --all2all-backend allgather_reducescatter "
+        f"(deepep_high_throughput works with {BACKEND_ENV}=marlin)."
     )
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from glmops_vllm_patches.base import Context, Patch, PatchInfo, PatchTargetMissing, Target, mark, marked
-from glmops_vllm_patches.version import VersionRange
+from glmops_vllm_patches.version import Version, VersionRange
 
 log = logging.getLogger("vllm.glmops_patches.rocm_mla_bf16_bmm")
 
@@ -63,6 +63,9 @@ FP8_FLAG = "is_aiter_triton_fp8_bmm_enabled"
 
 MLA_MODULE = "vllm.model_executor.layers.attention.mla_attention"
 PROCESS_WEIGHTS = Target(MLA_MODULE, "MLAAttention.process_weights_after_loading", ("self", "act_dtype"))
+# 0.34.0 dropped the argument: the method reads self.act_dtype, set in __init__ (mla_attention.py:525, :1428-1429).
+PROCESS_WEIGHTS_NO_ARG = Target(MLA_MODULE, "MLAAttention.process_weights_after_loading", ("self",))
+ACT_DTYPE_ON_LAYER = Version.parse("0.34.0")
 UNQUANTIZED = Target("vllm.model_executor.layers.linear", "UnquantizedLinearMethod")
 REFRESH = Target("vllm._aiter_ops", "rocm_aiter_ops.refresh_env_variables", ("cls",))
 FP4_CACHED = Target("vllm._aiter_ops", "rocm_aiter_ops._FP4BMM_ENABLED")
@@ -78,10 +81,15 @@ def mode(ctx: Context) -> str:
     return value
 
 
+def process_weights(version: Version) -> Target:
+    """MLAAttention.process_weights_after_loading as `version` declares it."""
+    return PROCESS_WEIGHTS_NO_ARG if version >= ACT_DTYPE_ON_LAYER else PROCESS_WEIGHTS
+
+
 def targets(ctx: Context) -> tuple[Target, ...]:
     if mode(ctx) == "global-off":
         return (REFRESH, FP4_CACHED, FP8_CACHED)
-    return (PROCESS_WEIGHTS, UNQUANTIZED)
+    return (process_weights(ctx.version), UNQUANTIZED)
 
 
 def skip(ctx: Context) -> str | None:
@@ -106,9 +114,10 @@ def _apply_per_layer(ctx: Context, found: Mapping[Target, Any]) -> str:
     current = MLAAttention.__dict__["process_weights_after_loading"]
     if marked(current, INFO.name):
         return "MLAAttention.process_weights_after_loading already wrapped"
-    _require_flags_in_source(found[PROCESS_WEIGHTS])
+    method = found[process_weights(ctx.version)]
+    _require_flags_in_source(method)
     user = (FP4_ENV in ctx.env, FP8_ENV in ctx.env)
-    MLAAttention.process_weights_after_loading = _wrap(found[PROCESS_WEIGHTS], found[UNQUANTIZED], user)
+    MLAAttention.process_weights_after_loading = _wrap(method, found[UNQUANTIZED], user)
     kept = [f"{env}={ctx.env[env]} (set by the user)" for env in (FP4_ENV, FP8_ENV) if env in ctx.env]
     return (
         "MLAAttention.process_weights_after_loading wrapped: layers with an unquantized kv_b_proj keep BF16 "
@@ -129,9 +138,9 @@ def _require_flags_in_source(method: Callable[..., Any]) -> None:
 
 def _wrap(original: Callable[..., Any], unquantized_cls: type, user: tuple[bool, bool]) -> Callable[..., Any]:
     @functools.wraps(original)
-    def process_weights_after_loading(self: Any, act_dtype: Any) -> Any:
+    def process_weights_after_loading(self: Any, *args: Any, **kwargs: Any) -> Any:
         keep_bf16_bmm(self, unquantized_cls, user)
-        return original(self, act_dtype)
+        return original(self, *args, **kwargs)  # (self, act_dtype) before 0.34.0, (self) from 0.34.0
 
     return mark(process_weights_after_loading, INFO.name)
 

@@ -53,5 +53,5 @@ class VersionRange:
 
 # The versions whose sources the patches were written against and proven on (tests/plugin). A version outside
 # this range gets no patch at all: the plugin does not guess at code it has not seen.
-SUPPORTED = VersionRange("0.26.0", "0.34.0")
-PROVEN_VERSIONS = ("0.26.0", "0.27.1", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+SUPPORTED = VersionRange("0.26.0", "0.35.0")
+PROVEN_VERSIONS = ("0.26.0", "0.27.1", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
