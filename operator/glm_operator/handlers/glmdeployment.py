@@ -25,6 +25,7 @@ from glm_operator.handlers.settings import OWNED_RESOURCES
 from glm_operator.k8s import objects
 from glm_operator.k8s.client import API_UNREACHABLE, refusal
 from glm_operator.k8s.imagebuild import ensure_glmimage
+from glm_operator.k8s.metrics import forget_deployment
 from glm_operator.planner.deployment import Observed, Outcome, image_request, plan
 from glm_operator.rules.findings import redact
 
@@ -160,6 +161,7 @@ async def forget_glmdeployment(type: str, body: kopf.Body, memo: kopf.Memo, **_:
     """A deleted GLMDeployment's copy goes (its owned objects go by garbage collection, and their own events)."""
     if type == "DELETED":
         runtime(memo).observed.forget_object(body, KIND)
+        forget_deployment(str(body.metadata.get("namespace")), str(body.metadata.get("name")))
 
 
 async def _observe_owned(body: kopf.Body, resource: kopf.Resource, memo: kopf.Memo, **_: Any) -> None:

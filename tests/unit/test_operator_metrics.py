@@ -1,0 +1,74 @@
+"""The operator's metrics: one unit per metric, a pod label on per-pod series, series gone with their object, and an
+exposition that `promtool check metrics` accepts."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from prometheus_client import REGISTRY, generate_latest
+
+from glm_operator.canary.results import CheckResult, SuiteResult
+from glm_operator.k8s import metrics
+
+
+def _suite() -> SuiteResult:
+    return SuiteResult(
+        checks=[
+            CheckResult("gsm8k", True, 0.94, 0.85, "ok"),
+            CheckResult("null-content", False, 0.89, 0.05, "1178/1319 empty"),
+            CheckResult("spec-decode", False, 0.0, 0.3, "0/378 draft tokens accepted"),
+            CheckResult("logprob", True, 1.7, 2.5, "ok"),
+        ]
+    )
+
+
+def _value(name: str, labels: dict[str, str]) -> float | None:
+    return REGISTRY.get_sample_value(name, labels)
+
+
+def test_each_unit_has_its_own_metric_with_a_pod_label() -> None:
+    metrics.record_suite("ns-u", "glm", "glm-0", _suite())
+    pod = {"namespace": "ns-u", "glmdeployment": "glm", "pod": "glm-0"}
+    assert _value("glmops_canary_correct_ratio", {**pod, "check": "gsm8k"}) == 0.94
+    assert _value("glmops_canary_null_content_ratio", pod) == 0.89
+    assert _value("glmops_canary_draft_acceptance_ratio", pod) == 0.0
+    assert _value("glmops_canary_prompt_negative_log_likelihood", pod) == 1.7
+    assert _value("glmops_canary_check_passed", {**pod, "check": "null-content"}) == 0
+    # the deprecated mixed gauge is still written for one release
+    assert _value("glmops_canary_check_value", {"namespace": "ns-u", "glmdeployment": "glm", "check": "logprob"}) == 1.7
+    assert _value("glmops_canary_runs_total", {"namespace": "ns-u", "glmdeployment": "glm", "result": "fail"}) == 1
+    assert _value("glmops_canary_null_content_ratio", {**pod, "pod": "other"}) is None
+
+
+def test_series_go_with_their_pod_then_their_deployment() -> None:
+    metrics.record_suite("ns-f", "glm", "glm-0", _suite())
+    metrics.record_suite("ns-f", "glm", "glm-1", _suite())
+    metrics.record_suite("ns-f", "keep", "keep-0", _suite())
+    metrics.forget_pod("ns-f", "glm-0")
+    gone = {"namespace": "ns-f", "glmdeployment": "glm", "pod": "glm-0"}
+    assert _value("glmops_canary_null_content_ratio", gone) is None
+    assert _value("glmops_canary_null_content_ratio", {**gone, "pod": "glm-1"}) == 0.89
+    metrics.forget_deployment("ns-f", "glm")
+    assert _value("glmops_canary_null_content_ratio", {**gone, "pod": "glm-1"}) is None
+    assert _value("glmops_canary_runs_total", {"namespace": "ns-f", "glmdeployment": "glm", "result": "fail"}) is None
+    assert _value("glmops_canary_check_value", {"namespace": "ns-f", "glmdeployment": "glm", "check": "gsm8k"}) is None
+    kept = {"namespace": "ns-f", "glmdeployment": "keep", "pod": "keep-0"}
+    assert _value("glmops_canary_null_content_ratio", kept) == 0.89
+
+
+def test_build_info_names_the_version() -> None:
+    assert _value("glmops_build_info", {"version": metrics.operator_version()}) == 1
+
+
+def test_promtool_accepts_the_exposition() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian package prometheus)")
+    metrics.record_suite("ns-p", "glm", "glm-0", _suite())
+    metrics.record_unreachable("ns-p", "glm")
+    text = generate_latest(REGISTRY)
+    assert b"glmops_canary_draft_acceptance_ratio" in text
+    checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
