@@ -41,7 +41,7 @@ def _null_counts(url: str) -> float:
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith("glmops:chat_null_content_total{")
+        if line.startswith("glmops_chat_null_content_total{")
     )
 
 

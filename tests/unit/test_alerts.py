@@ -87,8 +87,8 @@ def gauge(*segments: tuple[int, float | str]) -> str:
 def healthy() -> dict[str, str]:
     """2 chat completions a second, none null; 10 draft tokens a second, 60 % accepted; canaries pass."""
     return {
-        series("glmops:chat_completions_total", POD): counter((MINUTES, 120)),
-        series("glmops:chat_null_content_total", POD): counter(),
+        series("glmops_chat_completions_total", POD): counter((MINUTES, 120)),
+        series("glmops_chat_null_content_total", POD): counter(),
         series("vllm:spec_decode_num_draft_tokens_total", POD): counter((MINUTES, 600)),
         series("vllm:spec_decode_num_accepted_tokens_total", POD): counter((MINUTES, 360)),
         series("glmops_canary_check_passed", {**GLMD, "check": "gsm8k"}): gauge((1, 1)),
@@ -116,7 +116,7 @@ SCENARIOS = [
     Scenario("healthy traffic", quiet_at=(10, 30, 60)),
     Scenario(
         "null-content burst: 12.5 % of answers from minute 20",
-        {series("glmops:chat_null_content_total", POD): counter((20, 0), (40, 15))},
+        {series("glmops_chat_null_content_total", POD): counter((20, 0), (40, 15))},
         firing={40: {"GLMOpsNullContentHigh": [(MODEL, "12.5%")]}},
         quiet_at=(20, 28),  # over 5 % from minute 25, firing after `for: 5m`
     ),
@@ -129,8 +129,8 @@ SCENARIOS = [
     Scenario(
         "idle model: one null answer every 10 minutes, a trickle of rejected drafts",
         {
-            series("glmops:chat_completions_total", POD): _each_failing_every(9),
-            series("glmops:chat_null_content_total", POD): _each_failing_every(9),
+            series("glmops_chat_completions_total", POD): _each_failing_every(9),
+            series("glmops_chat_null_content_total", POD): _each_failing_every(9),
             series("vllm:spec_decode_num_draft_tokens_total", POD): counter((MINUTES, 30)),
             series("vllm:spec_decode_num_accepted_tokens_total", POD): counter(),
         },
@@ -139,7 +139,7 @@ SCENARIOS = [
     Scenario(
         "idle model without speculative decoding traffic",
         {
-            series("glmops:chat_completions_total", POD): counter(),
+            series("glmops_chat_completions_total", POD): counter(),
             series("vllm:spec_decode_num_draft_tokens_total", POD): counter(),
             series("vllm:spec_decode_num_accepted_tokens_total", POD): counter(),
         },

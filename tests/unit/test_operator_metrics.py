@@ -1,16 +1,24 @@
 """The operator's metrics: one unit per metric, a pod label on per-pod series, series gone with their object, and an
-exposition that `promtool check metrics` accepts."""
+exposition that `promtool check metrics` accepts; the plugin's counters likewise, but for their deprecated names."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
 
 import pytest
-from prometheus_client import REGISTRY, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Metric, generate_latest
 
 from glm_operator.canary.results import CheckResult, SuiteResult
 from glm_operator.k8s import metrics
+
+
+def _promtool(text: bytes) -> subprocess.CompletedProcess[bytes]:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian package prometheus)")
+    return subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=60)
 
 
 def _suite() -> SuiteResult:
@@ -63,12 +71,33 @@ def test_build_info_names_the_version() -> None:
 
 
 def test_promtool_accepts_the_exposition() -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool is not installed (Debian package prometheus)")
     metrics.record_suite("ns-p", "glm", "glm-0", _suite())
     metrics.record_unreachable("ns-p", "glm")
     text = generate_latest(REGISTRY)
     assert b"glmops_canary_draft_acceptance_ratio" in text
-    checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=60)
+    checked = _promtool(text)
     assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
+
+
+def test_promtool_accepts_the_plugins_counters_and_refuses_only_their_deprecated_names() -> None:
+    from glmops_vllm_patches import patch_null_content_metrics as plugin
+
+    plugin.record("promtool", True)
+    families = {plugin.COMPLETIONS, plugin.NULL_CONTENT}
+    current = generate_latest(RestrictedRegistry(REGISTRY, families))
+    assert b'glmops_chat_null_content_total{model_name="promtool"} 1.0' in current
+    checked = _promtool(current)
+    assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
+    deprecated = _promtool(generate_latest(RestrictedRegistry(REGISTRY, set(plugin.DEPRECATED.values()))))
+    complaints = (deprecated.stdout + deprecated.stderr).decode()
+    assert deprecated.returncode != 0 and "should not contain ':'" in complaints, complaints
+
+
+class RestrictedRegistry:
+    """The families of `registry` named in `names` (what one exporter's scrape would show)."""
+
+    def __init__(self, registry: CollectorRegistry, names: set[str]) -> None:
+        self.registry, self.names = registry, names
+
+    def collect(self) -> Iterator[Metric]:
+        return (family for family in self.registry.collect() if family.name in self.names)

@@ -65,9 +65,9 @@ ALERTS: tuple[Alert, ...] = (
         name="GLMOpsNullContentHigh",
         group="glmops.serving",
         expr=(
-            _ratio("glmops:chat_null_content_total", "glmops:chat_completions_total")
+            _ratio("glmops_chat_null_content_total", "glmops_chat_completions_total")
             + " > ${maxRate}\nand\n"
-            + f"  sum by ({PER_MODEL}) (rate(glmops:chat_completions_total[${{window}}])) > ${{minRequestRate}}\n"
+            + f"  sum by ({PER_MODEL}) (rate(glmops_chat_completions_total[${{window}}])) > ${{minRequestRate}}\n"
         ),
         summary="{{ $labels.model_name }} in {{ $labels.namespace }}: {{ $value | humanizePercentage }} of chat "
         "answers have no content.",
