@@ -66,6 +66,28 @@ def test_series_go_with_their_pod_then_their_deployment() -> None:
     assert _value("glmops_canary_null_content_ratio", kept) == 0.89
 
 
+def test_conditions_and_replicas_follow_the_deployment_and_go_with_it() -> None:
+    body = {
+        "metadata": {"namespace": "ns-c", "name": "glm"},
+        "spec": {"replicas": 3},
+        "status": {"readyReplicas": 1, "conditions": [{"type": "Ready", "status": "False"}]},
+    }
+    metrics.record_deployment(body)
+    glmd = {"namespace": "ns-c", "glmdeployment": "glm"}
+    assert _value("glmops_glmdeployment_replicas_desired", glmd) == 3
+    assert _value("glmops_glmdeployment_replicas_ready", glmd) == 1
+    assert _value("glmops_glmdeployment_condition", {**glmd, "type": "Ready", "status": "False"}) == 1
+    assert _value("glmops_glmdeployment_condition", {**glmd, "type": "Ready", "status": "True"}) == 0
+    body["status"] = {"readyReplicas": 3, "conditions": [{"type": "Ready", "status": "True"}]}
+    metrics.record_deployment(body)
+    assert _value("glmops_glmdeployment_condition", {**glmd, "type": "Ready", "status": "False"}) == 0
+    assert _value("glmops_glmdeployment_condition", {**glmd, "type": "Ready", "status": "True"}) == 1
+    assert _value("glmops_glmdeployment_replicas_ready", glmd) == 3
+    metrics.forget_deployment("ns-c", "glm")
+    assert _value("glmops_glmdeployment_replicas_desired", glmd) is None
+    assert _value("glmops_glmdeployment_condition", {**glmd, "type": "Ready", "status": "True"}) is None
+
+
 def test_build_info_names_the_version() -> None:
     assert _value("glmops_build_info", {"version": metrics.operator_version()}) == 1
 
@@ -73,6 +95,7 @@ def test_build_info_names_the_version() -> None:
 def test_promtool_accepts_the_exposition() -> None:
     metrics.record_suite("ns-p", "glm", "glm-0", _suite())
     metrics.record_unreachable("ns-p", "glm")
+    metrics.record_deployment({"metadata": {"namespace": "ns-p", "name": "glm"}, "status": {"conditions": []}})
     text = generate_latest(REGISTRY)
     assert b"glmops_canary_draft_acceptance_ratio" in text
     checked = _promtool(text)

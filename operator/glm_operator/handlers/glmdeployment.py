@@ -25,7 +25,7 @@ from glm_operator.handlers.settings import OWNED_RESOURCES
 from glm_operator.k8s import objects
 from glm_operator.k8s.client import API_UNREACHABLE, refusal
 from glm_operator.k8s.imagebuild import ensure_glmimage
-from glm_operator.k8s.metrics import forget_deployment
+from glm_operator.k8s.metrics import forget_deployment, record_deployment
 from glm_operator.planner.deployment import Observed, Outcome, image_request, plan
 from glm_operator.rules.findings import redact
 
@@ -152,8 +152,9 @@ async def reconcile(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **_: 
 
 @kopf.index(GROUP, VERSION, PLURAL, id="glmops-observe")
 async def observe_glmdeployment(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Record the newest copy of a GLMDeployment (kopf runs indexing before every other handler)."""
+    """Record the newest copy of a GLMDeployment (kopf runs indexing before every other handler), and its gauges."""
     runtime(memo).observed.record(body, KIND)
+    record_deployment(body)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, id="glmops-forget")

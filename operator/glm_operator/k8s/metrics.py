@@ -8,7 +8,9 @@ GLMDeployment goes when it is deleted, and a pod's when the pod is.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from prometheus_client import Counter, Gauge, start_http_server
 
@@ -47,6 +49,19 @@ CANARY_NLL = Gauge(
     list(PER_POD),
 )
 
+CONDITION = Gauge(
+    "glmops_glmdeployment_condition",
+    "1 for the status each condition of a GLMDeployment has now (True, False or Unknown), 0 for the others.",
+    [*DEPLOYMENT, "type", "status"],
+)
+REPLICAS_DESIRED = Gauge(
+    "glmops_glmdeployment_replicas_desired", "Serving replicas asked for (spec.replicas).", DEPLOYMENT
+)
+REPLICAS_READY = Gauge(
+    "glmops_glmdeployment_replicas_ready", "Serving replicas ready (status.readyReplicas).", DEPLOYMENT
+)
+CONDITION_STATUSES = ("True", "False", "Unknown")
+
 # Which per-unit gauge carries each check's value; a check not named here has only its pass/fail gauge.
 CORRECT_CHECKS = frozenset({"gsm8k", "smoke", "copy"})
 SINGLE_UNIT = {"null-content": CANARY_NULL_CONTENT, "spec-decode": CANARY_ACCEPTANCE, "logprob": CANARY_NLL}
@@ -58,6 +73,9 @@ LABELLED: tuple[tuple[Counter | Gauge, tuple[str, ...]], ...] = (
     (CANARY_NULL_CONTENT, PER_POD),
     (CANARY_ACCEPTANCE, PER_POD),
     (CANARY_NLL, PER_POD),
+    (CONDITION, (*DEPLOYMENT, "type", "status")),
+    (REPLICAS_DESIRED, DEPLOYMENT),
+    (REPLICAS_READY, DEPLOYMENT),
 )
 
 
@@ -82,6 +100,19 @@ def record_suite(namespace: str, name: str, pod: str, result: SuiteResult) -> No
             CANARY_CORRECT.labels(namespace, name, pod, check.name).set(check.value)
         elif check.name in SINGLE_UNIT:
             SINGLE_UNIT[check.name].labels(namespace, name, pod).set(check.value)
+
+
+def record_deployment(body: Mapping[str, Any]) -> None:
+    """Condition and replica gauges from a GLMDeployment as last watched."""
+    meta = body.get("metadata") or {}
+    namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+    spec, status = body.get("spec") or {}, body.get("status") or {}
+    REPLICAS_DESIRED.labels(namespace, name).set(int(1 if spec.get("replicas") is None else spec["replicas"]))
+    REPLICAS_READY.labels(namespace, name).set(int(status.get("readyReplicas") or 0))
+    for condition in status.get("conditions") or ():
+        kind, now = str(condition.get("type", "")), str(condition.get("status", "Unknown"))
+        for each in CONDITION_STATUSES:
+            CONDITION.labels(namespace, name, kind, each).set(1 if now == each else 0)
 
 
 def record_unreachable(namespace: str, name: str) -> None:
