@@ -88,6 +88,18 @@ def test_conditions_and_replicas_follow_the_deployment_and_go_with_it() -> None:
     assert _value("glmops_glmdeployment_condition", {**glmd, "type": "Ready", "status": "True"}) is None
 
 
+def test_admission_counts_reviews_and_findings_by_rule_and_outcome() -> None:
+    refused = {"webhook": "validate", "outcome": "refused"}
+    finding = {"rule": "test-rule-x", "outcome": "refused"}
+    before = _value("glmops_admission_reviews_total", refused) or 0
+    metrics.record_admission("validate", False, [("test-rule-x", "error"), ("test-rule-y", "warning")])
+    assert _value("glmops_admission_reviews_total", refused) == before + 1
+    assert _value("glmops_admission_findings_total", finding) == 1
+    assert _value("glmops_admission_findings_total", {"rule": "test-rule-y", "outcome": "warned"}) == 1
+    metrics.record_admission("repair", True, [("test-rule-z", "remediated")])
+    assert _value("glmops_admission_findings_total", {"rule": "test-rule-z", "outcome": "repaired"}) == 1
+
+
 def test_build_info_names_the_version() -> None:
     assert _value("glmops_build_info", {"version": metrics.operator_version()}) == 1
 

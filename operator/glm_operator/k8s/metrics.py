@@ -8,7 +8,7 @@ GLMDeployment goes when it is deleted, and a pod's when the pod is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -61,6 +61,16 @@ REPLICAS_READY = Gauge(
     "glmops_glmdeployment_replicas_ready", "Serving replicas ready (status.readyReplicas).", DEPLOYMENT
 )
 CONDITION_STATUSES = ("True", "False", "Unknown")
+ADMISSION_REVIEWS = Counter(
+    "glmops_admission_reviews", "GLMDeployment admission reviews by webhook and outcome.", ["webhook", "outcome"]
+)
+ADMISSION_FINDINGS = Counter(
+    "glmops_admission_findings",
+    "Rule findings at admission: refused (error), warned, repaired (Auto remedy applied).",
+    ["rule", "outcome"],
+)
+# A finding's severity, as the outcome a person sees at admission.
+FINDING_OUTCOMES = {"error": "refused", "warning": "warned", "remediated": "repaired"}
 
 # Which per-unit gauge carries each check's value; a check not named here has only its pass/fail gauge.
 CORRECT_CHECKS = frozenset({"gsm8k", "smoke", "copy"})
@@ -113,6 +123,13 @@ def record_deployment(body: Mapping[str, Any]) -> None:
         kind, now = str(condition.get("type", "")), str(condition.get("status", "Unknown"))
         for each in CONDITION_STATUSES:
             CONDITION.labels(namespace, name, kind, each).set(1 if now == each else 0)
+
+
+def record_admission(webhook: str, allowed: bool, findings: Iterable[tuple[str, str]]) -> None:
+    """One admission review: its outcome, and each (rule, severity) finding it reported."""
+    ADMISSION_REVIEWS.labels(webhook, "allowed" if allowed else "refused").inc()
+    for rule, severity in findings:
+        ADMISSION_FINDINGS.labels(rule, FINDING_OUTCOMES.get(severity, severity)).inc()
 
 
 def record_unreachable(namespace: str, name: str) -> None:
