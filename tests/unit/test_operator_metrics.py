@@ -100,6 +100,21 @@ def test_admission_counts_reviews_and_findings_by_rule_and_outcome() -> None:
     assert _value("glmops_admission_findings_total", {"rule": "test-rule-z", "outcome": "repaired"}) == 1
 
 
+def test_timed_observes_the_result_the_block_sets_or_error() -> None:
+    histogram = metrics.CANARY_SECONDS
+
+    def count(result: str) -> float:
+        return _value("glmops_canary_run_duration_seconds_count", {"result": result}) or 0
+
+    passed, failed, errors = count("pass"), count("fail"), count("error")
+    with metrics.timed(histogram) as run:
+        run["result"] = "pass"
+    with pytest.raises(RuntimeError), metrics.timed(histogram) as run:
+        run["result"] = "fail"
+        raise RuntimeError("pod went away")
+    assert (count("pass"), count("fail"), count("error")) == (passed + 1, failed, errors + 1)
+
+
 def test_build_info_names_the_version() -> None:
     assert _value("glmops_build_info", {"version": metrics.operator_version()}) == 1
 
@@ -108,8 +123,12 @@ def test_promtool_accepts_the_exposition() -> None:
     metrics.record_suite("ns-p", "glm", "glm-0", _suite())
     metrics.record_unreachable("ns-p", "glm")
     metrics.record_deployment({"metadata": {"namespace": "ns-p", "name": "glm"}, "status": {"conditions": []}})
+    metrics.record_admission("validate", False, [("test-rule-p", "error")])
+    with metrics.timed(metrics.RECONCILE_SECONDS):
+        pass
     text = generate_latest(REGISTRY)
-    assert b"glmops_canary_draft_acceptance_ratio" in text
+    for name in (b"glmops_canary_draft_acceptance_ratio", b"glmops_reconcile_duration_seconds_bucket", b"admission"):
+        assert name in text
     checked = _promtool(text)
     assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
 

@@ -36,7 +36,7 @@ from glm_operator.handlers.runtime import Runtime, runtime
 from glm_operator.k8s import objects, pods
 from glm_operator.k8s.canary_data import gsm8k_for
 from glm_operator.k8s.client import API_UNREACHABLE
-from glm_operator.k8s.metrics import forget_pod, record_suite, record_unreachable
+from glm_operator.k8s.metrics import CANARY_SECONDS, forget_pod, record_suite, record_unreachable, timed
 from glm_operator.k8s.peering import read_peers
 from glm_operator.render.canary_state import (
     UNREACHABLE_REPORT_AFTER,
@@ -235,7 +235,9 @@ async def _check_once(pod: WatchedPod, parent: str, ip: str, state: GateState, c
         served = await client.model_name()
         if served != glmd.spec.model.name:  # not (yet) this pod's server: never judge a model by another's answers
             raise EndpointError(f"{ip}:{VLLM_PORT} serves {served!r}, not {glmd.spec.model.name!r}")
-        result = await run_suite(client, inputs)
+        with timed(CANARY_SECONDS) as run:
+            result = await run_suite(client, inputs)
+            run["result"] = "pass" if result.passed else "fail"
     finally:
         await client.close()
     record_suite(pod.namespace, parent, pod.name, result)

@@ -25,7 +25,7 @@ from glm_operator.handlers.settings import OWNED_RESOURCES
 from glm_operator.k8s import objects
 from glm_operator.k8s.client import API_UNREACHABLE, refusal
 from glm_operator.k8s.imagebuild import ensure_glmimage
-from glm_operator.k8s.metrics import forget_deployment, record_deployment
+from glm_operator.k8s.metrics import RECONCILE_SECONDS, forget_deployment, record_deployment, timed
 from glm_operator.planner.deployment import Observed, Outcome, image_request, plan
 from glm_operator.rules.findings import redact
 
@@ -137,7 +137,8 @@ async def reconcile(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **_: 
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     # One reconcile of a deployment at a time, with the refreshes its owned objects' events ask for.
     run = refresh_run(namespace, name, context, logger)
-    done: Refreshed | None = await context.refreshes.request((namespace, name), run, context=detached_context())
+    with timed(RECONCILE_SECONDS):
+        done: Refreshed | None = await context.refreshes.request((namespace, name), run, context=detached_context())
     restored = _succeeded(context, (namespace, name), (), logger)
     if done is None:
         return

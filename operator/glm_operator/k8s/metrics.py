@@ -8,11 +8,13 @@ GLMDeployment goes when it is deleted, and a pod's when the pod is.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from prometheus_client import Counter, Gauge, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from glm_operator.canary.results import SuiteResult
 
@@ -68,6 +70,18 @@ ADMISSION_FINDINGS = Counter(
     "glmops_admission_findings",
     "Rule findings at admission: refused (error), warned, repaired (Auto remedy applied).",
     ["rule", "outcome"],
+)
+RECONCILE_SECONDS = Histogram(
+    "glmops_reconcile_duration_seconds",
+    "Time to reconcile a GLMDeployment (render and apply its objects), by result (ok, error).",
+    ["result"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+CANARY_SECONDS = Histogram(
+    "glmops_canary_run_duration_seconds",
+    "Time of one canary suite run against a pod, by result (pass, fail, error).",
+    ["result"],
+    buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800),
 )
 # A finding's severity, as the outcome a person sees at admission.
 FINDING_OUTCOMES = {"error": "refused", "warning": "warned", "remediated": "repaired"}
@@ -130,6 +144,20 @@ def record_admission(webhook: str, allowed: bool, findings: Iterable[tuple[str, 
     ADMISSION_REVIEWS.labels(webhook, "allowed" if allowed else "refused").inc()
     for rule, severity in findings:
         ADMISSION_FINDINGS.labels(rule, FINDING_OUTCOMES.get(severity, severity)).inc()
+
+
+@contextmanager
+def timed(histogram: Histogram, ok: str = "ok") -> Iterator[dict[str, str]]:
+    """Observe the block's duration under label `result`: `ok` unless the block sets another or raises ("error")."""
+    outcome = {"result": ok}
+    start = time.monotonic()
+    try:
+        yield outcome
+    except BaseException:
+        outcome["result"] = "error"
+        raise
+    finally:
+        histogram.labels(outcome["result"]).observe(time.monotonic() - start)
 
 
 def record_unreachable(namespace: str, name: str) -> None:
