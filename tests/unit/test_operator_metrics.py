@@ -3,9 +3,11 @@ exposition that `promtool check metrics` accepts; the plugin's counters likewise
 
 from __future__ import annotations
 
+import datetime
 import shutil
 import subprocess
 from collections.abc import Iterator
+from typing import Any, cast
 
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, Metric, generate_latest
@@ -113,6 +115,19 @@ def test_timed_observes_the_result_the_block_sets_or_error() -> None:
         run["result"] = "fail"
         raise RuntimeError("pod went away")
     assert (count("pass"), count("fail"), count("error")) == (passed + 1, failed, errors + 1)
+
+
+def test_the_served_webhook_certificates_expiry_is_exported() -> None:
+    from glm_operator.k8s.webhooks import SecretWebhookServer
+    from glm_operator.render.webhook_certs import generate, not_after
+
+    now = datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)
+    certs = generate(["glmops.glmops.svc"], now)
+    server = SecretWebhookServer(source=cast(Any, None), resync_seconds=60, readiness_port=None)
+    assert server.load(certs)
+    expires = not_after(certs.tls_cert)
+    assert expires > now
+    assert _value("glmops_webhook_certificate_expiry_timestamp_seconds", {}) == expires.timestamp()
 
 
 def test_build_info_names_the_version() -> None:

@@ -83,6 +83,10 @@ CANARY_SECONDS = Histogram(
     ["result"],
     buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800),
 )
+WEBHOOK_CERT_EXPIRY = Gauge(
+    "glmops_webhook_certificate_expiry_timestamp_seconds",
+    "When the serving certificate the admission webhook serves now expires (Unix time).",
+)
 # A finding's severity, as the outcome a person sees at admission.
 FINDING_OUTCOMES = {"error": "refused", "warning": "warned", "remediated": "repaired"}
 
