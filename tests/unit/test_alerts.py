@@ -96,6 +96,8 @@ def healthy() -> dict[str, str]:
         series("glmops_canary_runs_total", {**GLMD, "result": "pass"}): counter((MINUTES, 0.1)),
         series("glmops_canary_runs_total", {**GLMD, "result": "fail"}): counter(),
         series("up", {"job": OPERATOR_JOB, "instance": "10.0.0.7:8081"}): gauge((1, 1)),
+        series("glmops_glmdeployment_condition", {**GLMD, "type": "Degraded", "status": "True"}): gauge((1, 0)),
+        series("glmops_glmdeployment_condition", {**GLMD, "type": "Degraded", "status": "False"}): gauge((1, 1)),
     }
 
 
@@ -184,6 +186,25 @@ SCENARIOS = [
             series("glmops_canary_runs_total", {**GLMD, "result": "pass"}): counter((6, 0), (1, 1)),
         },
         quiet_at=(10, 20, 40),
+    ),
+    Scenario(
+        "a GLMDeployment degraded from minute 5",
+        {
+            series("glmops_glmdeployment_condition", {**GLMD, "type": "Degraded", "status": "True"}): gauge(
+                (5, 0), (1, 1)
+            )
+        },
+        firing={40: {"GLMOpsDeploymentDegraded": [({"namespace": "team-a", "glmdeployment": "glm"}, "")]}},
+        quiet_at=(15,),  # pending for `for: 15m`
+    ),
+    Scenario(
+        "a GLMDeployment degraded for 10 minutes while a node drains, then ready again",
+        {
+            series("glmops_glmdeployment_condition", {**GLMD, "type": "Degraded", "status": "True"}): gauge(
+                (5, 0), (10, 1), (1, 0)
+            )
+        },
+        quiet_at=(14, 20, 40),
     ),
     Scenario(
         "operator gone from minute 10",

@@ -128,6 +128,19 @@ ALERTS: tuple[Alert, ...] = (
         ),
     ),
     Alert(
+        name="GLMOpsDeploymentDegraded",
+        group="glmops.operator",
+        expr=(
+            'max by (namespace, glmdeployment) (glmops_glmdeployment_condition{type="Degraded", status="True"}) == 1\n'
+        ),
+        summary="GLMDeployment {{ $labels.namespace }}/{{ $labels.glmdeployment }} is degraded.",
+        description=(
+            "The Degraded condition of GLMDeployment {{ $labels.namespace }}/{{ $labels.glmdeployment }} has been "
+            "True for ${for} (fewer replicas ready than asked for, or a serving configuration the operator could "
+            "not keep). Its reason and message say which: kubectl get glmd -o yaml."
+        ),
+    ),
+    Alert(
         name="GLMOpsOperatorDown",
         group="glmops.operator",
         expr='absent(up{job="${operatorJob}"} == 1)\n',
