@@ -129,6 +129,31 @@ SCENARIOS = [
         quiet_at=(12,),  # pending for `for: 15m`
     ),
     Scenario(
+        "vllm-58729's share: 1,178 of 1,319 chat answers a minute null, from minute 10",
+        {
+            series("glmops_chat_completions_total", POD): counter((MINUTES, 1319)),
+            series("glmops_chat_null_content_total", POD): counter((10, 0), (MINUTES, 1178)),
+        },
+        firing={40: {"GLMOpsNullContentHigh": [(MODEL, "89.31%")]}},
+        quiet_at=(8,),
+    ),
+    Scenario(
+        "vllm-52833's figures on MI355X: 0 of 378 draft tokens a minute accepted",
+        {
+            series("vllm:spec_decode_num_draft_tokens_total", POD): counter((MINUTES, 378)),
+            series("vllm:spec_decode_num_accepted_tokens_total", POD): counter(),
+        },
+        firing={30: {"GLMOpsSpecDecodeAcceptanceLow": [(MODEL, "0%")]}},
+    ),
+    Scenario(
+        "vllm-52833's working comparison: 177 of 395 draft tokens a minute accepted",
+        {
+            series("vllm:spec_decode_num_draft_tokens_total", POD): counter((MINUTES, 395)),
+            series("vllm:spec_decode_num_accepted_tokens_total", POD): counter((MINUTES, 177)),
+        },
+        quiet_at=(15, 30, 60),
+    ),
+    Scenario(
         "idle model: one null answer every 10 minutes, a trickle of rejected drafts",
         {
             series("glmops_chat_completions_total", POD): _each_failing_every(9),
