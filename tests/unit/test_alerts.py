@@ -98,6 +98,8 @@ def healthy() -> dict[str, str]:
         series("up", {"job": OPERATOR_JOB, "instance": "10.0.0.7:8081"}): gauge((1, 1)),
         series("glmops_glmdeployment_condition", {**GLMD, "type": "Degraded", "status": "True"}): gauge((1, 0)),
         series("glmops_glmdeployment_condition", {**GLMD, "type": "Degraded", "status": "False"}): gauge((1, 1)),
+        series("glmops_glmdeployment_replicas_desired", GLMD): gauge((1, 2)),
+        series("glmops_glmdeployment_replicas_ready", GLMD): gauge((1, 2)),
     }
 
 
@@ -230,6 +232,20 @@ SCENARIOS = [
             )
         },
         quiet_at=(14, 20, 40),
+    ),
+    Scenario(
+        "every pod of a deployment held out by the canary gate",
+        {series("glmops_glmdeployment_replicas_ready", GLMD): gauge((1, 0))},
+        firing={40: {"GLMOpsDeploymentUnavailable": [({"namespace": "team-a", "glmdeployment": "glm"}, "")]}},
+        quiet_at=(20,),  # pending for `for: 30m` (a model loads in that time)
+    ),
+    Scenario(
+        "a deployment scaled to zero has no ready pod on purpose",
+        {
+            series("glmops_glmdeployment_replicas_desired", GLMD): gauge((1, 0)),
+            series("glmops_glmdeployment_replicas_ready", GLMD): gauge((1, 0)),
+        },
+        quiet_at=(40, 60),
     ),
     Scenario(
         "operator gone from minute 10",

@@ -141,6 +141,21 @@ ALERTS: tuple[Alert, ...] = (
         ),
     ),
     Alert(
+        name="GLMOpsDeploymentUnavailable",
+        group="glmops.operator",
+        expr=(
+            "max by (namespace, glmdeployment) (glmops_glmdeployment_replicas_ready) == 0\n"
+            "and on (namespace, glmdeployment)\n"
+            "max by (namespace, glmdeployment) (glmops_glmdeployment_replicas_desired) > 0\n"
+        ),
+        summary="No pod of GLMDeployment {{ $labels.namespace }}/{{ $labels.glmdeployment }} is ready.",
+        description=(
+            "GLMDeployment {{ $labels.namespace }}/{{ $labels.glmdeployment }} asks for replicas and none has been "
+            "ready for ${for}: nothing serves it. Pods held out by the canary gate, pods that cannot be scheduled "
+            "and pods still loading all count as not ready; status.canary.pods and the events say which."
+        ),
+    ),
+    Alert(
         name="GLMOpsOperatorDown",
         group="glmops.operator",
         expr='absent(up{job="${operatorJob}"} == 1)\n',
