@@ -61,6 +61,7 @@ def _objects(helm: str, *sets: str) -> dict[str, dict[str, Any]]:
 MODEL = {"namespace": "team-a", "glmdeployment": "glm", "model_name": "zai-org/GLM-5.3"}
 POD = {**MODEL, "pod": "glm-5d9c-x", "engine": "0", "job": "glmops-vllm", "instance": "127.20.0.5:8000"}
 GLMD = {"namespace": "team-a", "glmdeployment": "glm", "job": OPERATOR_JOB}
+OPERATOR_POD = {"namespace": "glmops", "pod": "glmops-0", "job": OPERATOR_JOB}
 
 
 def series(metric: str, labels: dict[str, str]) -> str:
@@ -246,6 +247,19 @@ SCENARIOS = [
             series("glmops_glmdeployment_replicas_ready", GLMD): gauge((1, 0)),
         },
         quiet_at=(40, 60),
+    ),
+    Scenario(
+        "the webhook certificate has 10 days left",
+        {series("glmops_webhook_certificate_expiry_timestamp_seconds", OPERATOR_POD): gauge((1, 10 * 86400))},
+        firing={
+            45: {"GLMOpsWebhookCertificateExpiring": [({"namespace": "glmops", "pod": "glmops-0"}, "9d 23h 15m 0s")]}
+        },
+        quiet_at=(20,),  # pending for `for: 30m`
+    ),
+    Scenario(
+        "the webhook certificate has 60 days left",
+        {series("glmops_webhook_certificate_expiry_timestamp_seconds", OPERATOR_POD): gauge((1, 60 * 86400))},
+        quiet_at=(30, 55),
     ),
     Scenario(
         "operator gone from minute 10",

@@ -156,6 +156,20 @@ ALERTS: tuple[Alert, ...] = (
         ),
     ),
     Alert(
+        name="GLMOpsWebhookCertificateExpiring",
+        group="glmops.operator",
+        expr=(
+            "min by (namespace, pod) (glmops_webhook_certificate_expiry_timestamp_seconds) - time()"
+            " < ${minDaysLeft} * 86400\n"
+        ),
+        summary="The glmops admission webhook's certificate expires in {{ $value | humanizeDuration }}.",
+        description=(
+            "The certificate the glmops admission webhook serves (operator pod {{ $labels.pod }}) expires in "
+            "{{ $value | humanizeDuration }} (limit ${minDaysLeft} days). Once it has expired the API server "
+            "cannot call the webhook and, with failurePolicy Fail, refuses every GLMDeployment change."
+        ),
+    ),
+    Alert(
         name="GLMOpsOperatorDown",
         group="glmops.operator",
         expr='absent(up{job="${operatorJob}"} == 1)\n',
