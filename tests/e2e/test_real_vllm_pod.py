@@ -423,5 +423,5 @@ def test_the_random_model_fails_its_canaries_and_the_pod_stays_out_of_the_servic
     assert re.search(rf'glmops_canary_runs_total{{{labels},result="fail"}} [1-9]', metrics), metrics
     # The answers came from vLLM in the pod: its own null-content counter counted the operator's questions.
     counted = httpx.get(f"http://{pod_ip}:{VLLM_PORT}/metrics", timeout=10).text
-    nulls = [line for line in counted.splitlines() if line.startswith("glmops:chat_null_content_total{")]
+    nulls = [line for line in counted.splitlines() if line.startswith("glmops_chat_null_content_total{")]
     assert nulls and sum(float(line.rsplit(" ", 1)[1]) for line in nulls) >= 1, nulls

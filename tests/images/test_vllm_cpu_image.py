@@ -109,7 +109,7 @@ def test_the_glmops_plugin_is_loaded_in_the_server_in_the_image(server: tuple[st
     url, name = server
     logs = podman("logs", name)
     assert "glmops patch null-content-metrics" in logs.stdout + logs.stderr
-    assert "glmops:chat_completions_total" in httpx.get(f"{url}/metrics", timeout=10).text
+    assert "glmops_chat_completions_total" in httpx.get(f"{url}/metrics", timeout=10).text
 
 
 def test_the_image_runs_as_65532_with_the_plugin_distribution_installed(vllm_cpu_image: str) -> None:

@@ -135,6 +135,9 @@ def test_counters_are_registered_once_and_exposed() -> None:
     nc.record("expo", True)
     nc.record("expo", False)
     text = generate_latest(REGISTRY).decode()
+    assert 'glmops_chat_completions_total{model_name="expo"} 2.0' in text
+    assert 'glmops_chat_null_content_total{model_name="expo"} 1.0' in text
+    # the deprecated names count alike for one release
     assert 'glmops:chat_completions_total{model_name="expo"} 2.0' in text
     assert 'glmops:chat_null_content_total{model_name="expo"} 1.0' in text
 
@@ -242,7 +245,7 @@ async def main():
 asyncio.run(main())
 result["steps"] = steps
 result["exposition"] = sorted(l for l in generate_latest(get_prometheus_registry()).decode().splitlines()
-                              if l.startswith("glmops:") and MODEL in l)
+                              if l.startswith("glmops") and MODEL in l)
 """
 
 shared_vllm_runs.register("null-content-metrics", RUNTIME)
@@ -284,4 +287,6 @@ def test_counters_show_on_vllms_metrics_in_multiprocess_mode(run_in_vllm: Any, v
     assert out["exposition"] == [
         'glmops:chat_completions_total{model_name="glm-5"} 4.0',
         'glmops:chat_null_content_total{model_name="glm-5"} 2.0',
+        'glmops_chat_completions_total{model_name="glm-5"} 4.0',
+        'glmops_chat_null_content_total{model_name="glm-5"} 2.0',
     ]

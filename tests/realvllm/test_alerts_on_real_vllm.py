@@ -164,9 +164,9 @@ def alert_run(real_vllm: RealServer, prometheus: str) -> Iterator[dict[str, Any]
         by = "namespace, glmdeployment, model_name"
         window = WINDOW
         for figure, expr in {
-            "null_share": f"sum by ({by}) (rate(glmops:chat_null_content_total[{window}])) / "
-            f"sum by ({by}) (rate(glmops:chat_completions_total[{window}]))",
-            "chat_rate": f"sum by ({by}) (rate(glmops:chat_completions_total[{window}]))",
+            "null_share": f"sum by ({by}) (rate(glmops_chat_null_content_total[{window}])) / "
+            f"sum by ({by}) (rate(glmops_chat_completions_total[{window}]))",
+            "chat_rate": f"sum by ({by}) (rate(glmops_chat_completions_total[{window}]))",
             "acceptance": f"sum by ({by}) (rate(vllm:spec_decode_num_accepted_tokens_total[{window}])) / "
             f"sum by ({by}) (rate(vllm:spec_decode_num_draft_tokens_total[{window}]))",
             "draft_rate": f"sum by ({by}) (rate(vllm:spec_decode_num_draft_tokens_total[{window}]))",

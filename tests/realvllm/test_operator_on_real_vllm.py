@@ -41,7 +41,7 @@ def _null_counts(url: str) -> float:
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith("glmops:chat_null_content_total{")
+        if line.startswith("glmops_chat_null_content_total{")
     )
 
 
@@ -186,6 +186,8 @@ def test_a_random_model_behind_a_pod_fails_its_canaries_and_never_joins_the_serv
     labels = f'glmdeployment="{NAME}",namespace="{namespace}"'
     assert re.search(rf'glmops_canary_runs_total{{{labels},result="fail"}} [1-9]', metrics), metrics
     for check in ("smoke", "gsm8k", "null-content", "copy"):
-        assert f'glmops_canary_check_passed{{check="{check}",{labels}}} 0.0' in metrics, check
+        assert f'glmops_canary_check_passed{{check="{check}",{labels},pod="{pod_name}"}} 0.0' in metrics, check
+    per_unit = re.search(rf'glmops_canary_null_content_ratio{{{labels},pod="{pod_name}"}} (\S+)', metrics)
+    assert per_unit and float(per_unit[1]) == pytest.approx(float(null_rate[1]), abs=0.01)
     value = re.search(rf'glmops_canary_check_value{{check="null-content",{labels}}} (\S+)', metrics)
     assert value and float(value[1]) == pytest.approx(float(null_rate[1]), abs=0.01)

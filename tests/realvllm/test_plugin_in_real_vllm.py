@@ -45,11 +45,11 @@ def test_patches_for_other_platforms_say_they_are_skipped_and_the_counter_applie
 
 def _counters(url: str) -> tuple[float, float]:
     text = httpx.get(f"{url}/metrics").text
-    assert "# TYPE glmops:chat_null_content_total counter" in text
+    assert "# TYPE glmops_chat_null_content_total counter" in text
     values = {}
-    for name in ("glmops:chat_completions_total", "glmops:chat_null_content_total"):
+    for name in ("glmops_chat_completions_total", "glmops_chat_null_content_total"):
         values[name] = float(re.search(re.escape(name + SERIES) + r" (\S+)", text)[1])  # type: ignore[index]
-    return values["glmops:chat_completions_total"], values["glmops:chat_null_content_total"]
+    return values["glmops_chat_completions_total"], values["glmops_chat_null_content_total"]
 
 
 def test_the_null_content_counter_counts_real_answers_streamed_or_not(real_vllm: RealServer) -> None:

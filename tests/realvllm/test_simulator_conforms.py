@@ -33,8 +33,8 @@ READ_FAMILIES = (
     "vllm:prompt_tokens",
     "vllm:generation_tokens",
     "vllm:request_success",
-    "glmops:chat_completions",
-    "glmops:chat_null_content",
+    "glmops_chat_completions",
+    "glmops_chat_null_content",
 )
 CHAT = {"model": SERVED_NAME, "messages": [{"role": "user", "content": "Name a planet."}], "max_tokens": 4}
 COMPLETION = {"model": SERVED_NAME, "prompt": "The quick brown fox", "max_tokens": 1, "echo": True, "logprobs": 0}

@@ -8,6 +8,7 @@ from typing import Any
 
 import kopf
 import pytest
+from prometheus_client import REGISTRY
 
 from glm_operator.handlers import admission
 from glm_operator.k8s.access import AccessCheckFailed
@@ -67,9 +68,24 @@ def test_rule_problems_and_rights_problems_come_in_one_refusal(monkeypatch: pyte
     _authorizer(monkeypatch, readable=set())
     obj = _obj("theirs")
     obj["spec"]["engine"]["env"] = [{"name": "LD_PRELOAD", "value": "/x.so"}]
+    reviews = {"webhook": "validate", "outcome": "refused"}
+    before = REGISTRY.get_sample_value("glmops_admission_reviews_total", reviews) or 0
+    refusals = _refused_findings()
     with pytest.raises(kopf.AdmissionError) as refused:
         _validate(obj)
     assert "2 problem(s)" in str(refused.value) and "LD_PRELOAD" in str(refused.value)
+    assert REGISTRY.get_sample_value("glmops_admission_reviews_total", reviews) == before + 1
+    assert _refused_findings() == refusals + 2  # the rule's finding and the author's missing right
+
+
+def _refused_findings() -> float:
+    return sum(
+        s.value
+        for family in REGISTRY.collect()
+        if family.name == "glmops_admission_findings"
+        for s in family.samples
+        if s.name.endswith("_total") and s.labels["outcome"] == "refused"
+    )
 
 
 def test_when_the_api_server_cannot_answer_admission_refuses_with_a_retryable_code(

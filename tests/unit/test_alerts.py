@@ -61,6 +61,7 @@ def _objects(helm: str, *sets: str) -> dict[str, dict[str, Any]]:
 MODEL = {"namespace": "team-a", "glmdeployment": "glm", "model_name": "zai-org/GLM-5.3"}
 POD = {**MODEL, "pod": "glm-5d9c-x", "engine": "0", "job": "glmops-vllm", "instance": "127.20.0.5:8000"}
 GLMD = {"namespace": "team-a", "glmdeployment": "glm", "job": OPERATOR_JOB}
+OPERATOR_POD = {"namespace": "glmops", "pod": "glmops-0", "job": OPERATOR_JOB}
 
 
 def series(metric: str, labels: dict[str, str]) -> str:
@@ -87,8 +88,8 @@ def gauge(*segments: tuple[int, float | str]) -> str:
 def healthy() -> dict[str, str]:
     """2 chat completions a second, none null; 10 draft tokens a second, 60 % accepted; canaries pass."""
     return {
-        series("glmops:chat_completions_total", POD): counter((MINUTES, 120)),
-        series("glmops:chat_null_content_total", POD): counter(),
+        series("glmops_chat_completions_total", POD): counter((MINUTES, 120)),
+        series("glmops_chat_null_content_total", POD): counter(),
         series("vllm:spec_decode_num_draft_tokens_total", POD): counter((MINUTES, 600)),
         series("vllm:spec_decode_num_accepted_tokens_total", POD): counter((MINUTES, 360)),
         series("glmops_canary_check_passed", {**GLMD, "check": "gsm8k"}): gauge((1, 1)),
@@ -96,6 +97,10 @@ def healthy() -> dict[str, str]:
         series("glmops_canary_runs_total", {**GLMD, "result": "pass"}): counter((MINUTES, 0.1)),
         series("glmops_canary_runs_total", {**GLMD, "result": "fail"}): counter(),
         series("up", {"job": OPERATOR_JOB, "instance": "10.0.0.7:8081"}): gauge((1, 1)),
+        series("glmops_glmdeployment_condition", {**GLMD, "type": "Degraded", "status": "True"}): gauge((1, 0)),
+        series("glmops_glmdeployment_condition", {**GLMD, "type": "Degraded", "status": "False"}): gauge((1, 1)),
+        series("glmops_glmdeployment_replicas_desired", GLMD): gauge((1, 2)),
+        series("glmops_glmdeployment_replicas_ready", GLMD): gauge((1, 2)),
     }
 
 
@@ -116,7 +121,7 @@ SCENARIOS = [
     Scenario("healthy traffic", quiet_at=(10, 30, 60)),
     Scenario(
         "null-content burst: 12.5 % of answers from minute 20",
-        {series("glmops:chat_null_content_total", POD): counter((20, 0), (40, 15))},
+        {series("glmops_chat_null_content_total", POD): counter((20, 0), (40, 15))},
         firing={40: {"GLMOpsNullContentHigh": [(MODEL, "12.5%")]}},
         quiet_at=(20, 28),  # over 5 % from minute 25, firing after `for: 5m`
     ),
@@ -127,10 +132,35 @@ SCENARIOS = [
         quiet_at=(12,),  # pending for `for: 15m`
     ),
     Scenario(
+        "vllm-58729's share: 1,178 of 1,319 chat answers a minute null, from minute 10",
+        {
+            series("glmops_chat_completions_total", POD): counter((MINUTES, 1319)),
+            series("glmops_chat_null_content_total", POD): counter((10, 0), (MINUTES, 1178)),
+        },
+        firing={40: {"GLMOpsNullContentHigh": [(MODEL, "89.31%")]}},
+        quiet_at=(8,),
+    ),
+    Scenario(
+        "vllm-52833's figures on MI355X: 0 of 378 draft tokens a minute accepted",
+        {
+            series("vllm:spec_decode_num_draft_tokens_total", POD): counter((MINUTES, 378)),
+            series("vllm:spec_decode_num_accepted_tokens_total", POD): counter(),
+        },
+        firing={30: {"GLMOpsSpecDecodeAcceptanceLow": [(MODEL, "0%")]}},
+    ),
+    Scenario(
+        "vllm-52833's working comparison: 177 of 395 draft tokens a minute accepted",
+        {
+            series("vllm:spec_decode_num_draft_tokens_total", POD): counter((MINUTES, 395)),
+            series("vllm:spec_decode_num_accepted_tokens_total", POD): counter((MINUTES, 177)),
+        },
+        quiet_at=(15, 30, 60),
+    ),
+    Scenario(
         "idle model: one null answer every 10 minutes, a trickle of rejected drafts",
         {
-            series("glmops:chat_completions_total", POD): _each_failing_every(9),
-            series("glmops:chat_null_content_total", POD): _each_failing_every(9),
+            series("glmops_chat_completions_total", POD): _each_failing_every(9),
+            series("glmops_chat_null_content_total", POD): _each_failing_every(9),
             series("vllm:spec_decode_num_draft_tokens_total", POD): counter((MINUTES, 30)),
             series("vllm:spec_decode_num_accepted_tokens_total", POD): counter(),
         },
@@ -139,7 +169,7 @@ SCENARIOS = [
     Scenario(
         "idle model without speculative decoding traffic",
         {
-            series("glmops:chat_completions_total", POD): counter(),
+            series("glmops_chat_completions_total", POD): counter(),
             series("vllm:spec_decode_num_draft_tokens_total", POD): counter(),
             series("vllm:spec_decode_num_accepted_tokens_total", POD): counter(),
         },
@@ -184,6 +214,52 @@ SCENARIOS = [
             series("glmops_canary_runs_total", {**GLMD, "result": "pass"}): counter((6, 0), (1, 1)),
         },
         quiet_at=(10, 20, 40),
+    ),
+    Scenario(
+        "a GLMDeployment degraded from minute 5",
+        {
+            series("glmops_glmdeployment_condition", {**GLMD, "type": "Degraded", "status": "True"}): gauge(
+                (5, 0), (1, 1)
+            )
+        },
+        firing={40: {"GLMOpsDeploymentDegraded": [({"namespace": "team-a", "glmdeployment": "glm"}, "")]}},
+        quiet_at=(15,),  # pending for `for: 15m`
+    ),
+    Scenario(
+        "a GLMDeployment degraded for 10 minutes while a node drains, then ready again",
+        {
+            series("glmops_glmdeployment_condition", {**GLMD, "type": "Degraded", "status": "True"}): gauge(
+                (5, 0), (10, 1), (1, 0)
+            )
+        },
+        quiet_at=(14, 20, 40),
+    ),
+    Scenario(
+        "every pod of a deployment held out by the canary gate",
+        {series("glmops_glmdeployment_replicas_ready", GLMD): gauge((1, 0))},
+        firing={40: {"GLMOpsDeploymentUnavailable": [({"namespace": "team-a", "glmdeployment": "glm"}, "")]}},
+        quiet_at=(20,),  # pending for `for: 30m` (a model loads in that time)
+    ),
+    Scenario(
+        "a deployment scaled to zero has no ready pod on purpose",
+        {
+            series("glmops_glmdeployment_replicas_desired", GLMD): gauge((1, 0)),
+            series("glmops_glmdeployment_replicas_ready", GLMD): gauge((1, 0)),
+        },
+        quiet_at=(40, 60),
+    ),
+    Scenario(
+        "the webhook certificate has 10 days left",
+        {series("glmops_webhook_certificate_expiry_timestamp_seconds", OPERATOR_POD): gauge((1, 10 * 86400))},
+        firing={
+            45: {"GLMOpsWebhookCertificateExpiring": [({"namespace": "glmops", "pod": "glmops-0"}, "9d 23h 15m 0s")]}
+        },
+        quiet_at=(20,),  # pending for `for: 30m`
+    ),
+    Scenario(
+        "the webhook certificate has 60 days left",
+        {series("glmops_webhook_certificate_expiry_timestamp_seconds", OPERATOR_POD): gauge((1, 60 * 86400))},
+        quiet_at=(30, 55),
     ),
     Scenario(
         "operator gone from minute 10",

@@ -13,6 +13,7 @@ from glm_operator.api import GROUP, PLURAL, VERSION
 from glm_operator.api.constants import REPAIR_WEBHOOK_ID, VALIDATE_WEBHOOK_ID
 from glm_operator.handlers.runtime import runtime
 from glm_operator.k8s.access import AccessCheckFailed, denied
+from glm_operator.k8s.metrics import record_admission
 from glm_operator.k8s.webhooks import decide, large_review
 from glm_operator.rules.access import new_access_needs
 from glm_operator.rules.engine import REMEDIATIONS_ANNOTATION, Admission, admit
@@ -57,6 +58,8 @@ def _expect(memo: kopf.Memo, result: Admission) -> None:
 async def repair(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
     """Apply Auto remedies to settings the user left unset, and say so in kubectl's warnings."""
     result = await _admit(body, memo)
+    repaired = [(f.rule, f.severity) for f in result.findings if f.severity == "remediated"]
+    record_admission("repair", True, repaired if result.allowed and result.changes else ())
     if not result.allowed or not result.changes:
         return  # the validating webhook reports every problem in one message
     _expect(memo, result)
@@ -83,6 +86,8 @@ async def validate(
     except AccessCheckFailed as err:
         raise kopf.AdmissionError(f"glmops could not check the author's rights, so refuses: {err}", code=429) from err
     findings = [n.refusal(namespace, str(user.get("username") or "this user")) for n in refused]
+    reported = [(f.rule, f.severity) for f in [*result.findings, *findings] if f.severity != "remediated"]
+    record_admission("validate", result.allowed and not findings, reported)
     if not result.allowed or findings:
         raise kopf.AdmissionError(result.rejection(extra=findings), code=422)
 

@@ -36,7 +36,7 @@ from glm_operator.handlers.runtime import Runtime, runtime
 from glm_operator.k8s import objects, pods
 from glm_operator.k8s.canary_data import gsm8k_for
 from glm_operator.k8s.client import API_UNREACHABLE
-from glm_operator.k8s.metrics import record_suite, record_unreachable
+from glm_operator.k8s.metrics import CANARY_SECONDS, forget_pod, record_suite, record_unreachable, timed
 from glm_operator.k8s.peering import read_peers
 from glm_operator.render.canary_state import (
     UNREACHABLE_REPORT_AFTER,
@@ -103,6 +103,9 @@ async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     gates = getattr(memo, "gates", None)
     if isinstance(gates, PodTasks):
         gates.observe(event.get("type"), cast(dict[str, Any], event["object"]))
+    if event.get("type") == "DELETED":
+        meta = cast(dict[str, Any], event["object"]).get("metadata") or {}
+        forget_pod(str(meta.get("namespace", "")), str(meta.get("name", "")))
 
 
 PodView = Callable[[str, str], "dict[str, Any] | None"]
@@ -232,10 +235,12 @@ async def _check_once(pod: WatchedPod, parent: str, ip: str, state: GateState, c
         served = await client.model_name()
         if served != glmd.spec.model.name:  # not (yet) this pod's server: never judge a model by another's answers
             raise EndpointError(f"{ip}:{VLLM_PORT} serves {served!r}, not {glmd.spec.model.name!r}")
-        result = await run_suite(client, inputs)
+        with timed(CANARY_SECONDS) as run:
+            result = await run_suite(client, inputs)
+            run["result"] = "pass" if result.passed else "fail"
     finally:
         await client.close()
-    record_suite(pod.namespace, parent, result)
+    record_suite(pod.namespace, parent, pod.name, result)
     decision = state.observe(result, inputs.config.failures_to_unready)
     if decision is not None and await _write_gate(pod, decision):
         event = kopf.info if decision[0] == "True" else kopf.warn

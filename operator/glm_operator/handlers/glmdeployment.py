@@ -25,6 +25,7 @@ from glm_operator.handlers.settings import OWNED_RESOURCES
 from glm_operator.k8s import objects
 from glm_operator.k8s.client import API_UNREACHABLE, refusal
 from glm_operator.k8s.imagebuild import ensure_glmimage
+from glm_operator.k8s.metrics import RECONCILE_SECONDS, forget_deployment, record_deployment, timed
 from glm_operator.planner.deployment import Observed, Outcome, image_request, plan
 from glm_operator.rules.findings import redact
 
@@ -136,7 +137,8 @@ async def reconcile(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **_: 
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     # One reconcile of a deployment at a time, with the refreshes its owned objects' events ask for.
     run = refresh_run(namespace, name, context, logger)
-    done: Refreshed | None = await context.refreshes.request((namespace, name), run, context=detached_context())
+    with timed(RECONCILE_SECONDS):
+        done: Refreshed | None = await context.refreshes.request((namespace, name), run, context=detached_context())
     restored = _succeeded(context, (namespace, name), (), logger)
     if done is None:
         return
@@ -151,8 +153,9 @@ async def reconcile(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **_: 
 
 @kopf.index(GROUP, VERSION, PLURAL, id="glmops-observe")
 async def observe_glmdeployment(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Record the newest copy of a GLMDeployment (kopf runs indexing before every other handler)."""
+    """Record the newest copy of a GLMDeployment (kopf runs indexing before every other handler), and its gauges."""
     runtime(memo).observed.record(body, KIND)
+    record_deployment(body)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, id="glmops-forget")
@@ -160,6 +163,7 @@ async def forget_glmdeployment(type: str, body: kopf.Body, memo: kopf.Memo, **_:
     """A deleted GLMDeployment's copy goes (its owned objects go by garbage collection, and their own events)."""
     if type == "DELETED":
         runtime(memo).observed.forget_object(body, KIND)
+        forget_deployment(str(body.metadata.get("namespace")), str(body.metadata.get("name")))
 
 
 async def _observe_owned(body: kopf.Body, resource: kopf.Resource, memo: kopf.Memo, **_: Any) -> None:

@@ -37,6 +37,7 @@ from glm_operator.k8s.admission_review import (
     refusal_review,
     too_large,
 )
+from glm_operator.k8s.metrics import WEBHOOK_CERT_EXPIRY
 from glm_operator.k8s.webhook_certs import CertificateSource, sync_certificates_async
 from glm_operator.k8s.webhook_client_auth import ClientAuth
 from glm_operator.k8s.webhook_limits import ConnectionGuard, ConnectionLimits, GuardedSite
@@ -231,7 +232,9 @@ class SecretWebhookServer(GuardedWebhookServer):
             key.write_bytes(certs.tls_key)
             self.ssl_context.load_cert_chain(cert, key)
         self.loaded = certs
-        log.info("webhook server: serving the certificate that expires %s", not_after(certs.tls_cert))
+        expires = not_after(certs.tls_cert)
+        WEBHOOK_CERT_EXPIRY.set(expires.timestamp())
+        log.info("webhook server: serving the certificate that expires %s", expires)
         return True
 
     async def _initial_certificates(self) -> WebhookCertificates:

@@ -65,9 +65,9 @@ ALERTS: tuple[Alert, ...] = (
         name="GLMOpsNullContentHigh",
         group="glmops.serving",
         expr=(
-            _ratio("glmops:chat_null_content_total", "glmops:chat_completions_total")
+            _ratio("glmops_chat_null_content_total", "glmops_chat_completions_total")
             + " > ${maxRate}\nand\n"
-            + f"  sum by ({PER_MODEL}) (rate(glmops:chat_completions_total[${{window}}])) > ${{minRequestRate}}\n"
+            + f"  sum by ({PER_MODEL}) (rate(glmops_chat_completions_total[${{window}}])) > ${{minRequestRate}}\n"
         ),
         summary="{{ $labels.model_name }} in {{ $labels.namespace }}: {{ $value | humanizePercentage }} of chat "
         "answers have no content.",
@@ -125,6 +125,48 @@ ALERTS: tuple[Alert, ...] = (
             "(connection refused or reset, timeouts, HTTP errors, answers that are not the API's) in every ${window} "
             "window. Those pods stay out of the Service with reason CanaryUnreachable on their readiness gate; "
             "the gate's message and status.canary.pods name the error."
+        ),
+    ),
+    Alert(
+        name="GLMOpsDeploymentDegraded",
+        group="glmops.operator",
+        expr=(
+            'max by (namespace, glmdeployment) (glmops_glmdeployment_condition{type="Degraded", status="True"}) == 1\n'
+        ),
+        summary="GLMDeployment {{ $labels.namespace }}/{{ $labels.glmdeployment }} is degraded.",
+        description=(
+            "The Degraded condition of GLMDeployment {{ $labels.namespace }}/{{ $labels.glmdeployment }} has been "
+            "True for ${for} (fewer replicas ready than asked for, or a serving configuration the operator could "
+            "not keep). Its reason and message say which: kubectl get glmd -o yaml."
+        ),
+    ),
+    Alert(
+        name="GLMOpsDeploymentUnavailable",
+        group="glmops.operator",
+        expr=(
+            "max by (namespace, glmdeployment) (glmops_glmdeployment_replicas_ready) == 0\n"
+            "and on (namespace, glmdeployment)\n"
+            "max by (namespace, glmdeployment) (glmops_glmdeployment_replicas_desired) > 0\n"
+        ),
+        summary="No pod of GLMDeployment {{ $labels.namespace }}/{{ $labels.glmdeployment }} is ready.",
+        description=(
+            "GLMDeployment {{ $labels.namespace }}/{{ $labels.glmdeployment }} asks for replicas and none has been "
+            "ready for ${for}: nothing serves it. Pods held out by the canary gate, pods that cannot be scheduled "
+            "and pods still loading all count as not ready; status.canary.pods and the events say which."
+        ),
+    ),
+    Alert(
+        name="GLMOpsWebhookCertificateExpiring",
+        group="glmops.operator",
+        expr=(
+            "min by (namespace, pod) (glmops_webhook_certificate_expiry_timestamp_seconds) - time()"
+            " < ${minDaysLeft} * 86400\n"
+        ),
+        summary="The glmops admission webhook's certificate expires in {{ $value | humanizeDuration }}.",
+        description=(
+            "The certificate the glmops admission webhook serves (operator pod {{ $labels.pod }}) expires in "
+            "{{ $value | humanizeDuration }} (limit ${minDaysLeft} days). Once it has expired the API server "
+            "cannot call the webhook and, with failurePolicy Fail, refuses every GLMDeployment change."
         ),
     ),
     Alert(

@@ -46,10 +46,10 @@ class Metrics:
         # The glmops plugin's null-content-metrics patch (label model_name only), in patched images.
         plugin = self.registry if null_counter else CollectorRegistry()
         self.chats = Counter(
-            "glmops:chat_completions", "Finished chat completion choices.", ["model_name"], registry=plugin
+            "glmops_chat_completions", "Finished chat completion choices.", ["model_name"], registry=plugin
         )
         self.nulls = Counter(
-            "glmops:chat_null_content",
+            "glmops_chat_null_content",
             "Chat choices with empty content and reasoning.",
             ["model_name"],
             registry=plugin,

@@ -9,17 +9,19 @@ tool call (a tool call with reasoning and no text is a normal GLM turn). This is
 (operator/glm_operator/canary/checks.py::null_content), applied to production traffic.
 
 Counters (prometheus_client, label model_name = the response's `model`):
-  glmops:chat_completions_total     finished chat completion choices
-  glmops:chat_null_content_total    those with empty content and non-empty reasoning
+  glmops_chat_completions_total     finished chat completion choices
+  glmops_chat_null_content_total    those with empty content and non-empty reasoning
+Deprecated, removed in the next release: the same counts under the earlier names glmops:chat_completions_total
+and glmops:chat_null_content_total (a colon is for recording rules; `promtool check metrics` refuses them).
 They are created in the process that registers the plugin and go through prometheus_client like vLLM's own
 metrics, so /metrics shows them in single-process mode (global REGISTRY) and with PROMETHEUS_MULTIPROC_DIR
 (API server processes write the multiprocess files that vLLM's MultiProcessCollector reads).
 
 Alert (PromQL): the null-content share over a window, per model,
-  sum by (model_name) (rate(glmops:chat_null_content_total[10m]))
-    / sum by (model_name) (rate(glmops:chat_completions_total[10m])) > 0.05
+  sum by (model_name) (rate(glmops_chat_null_content_total[10m]))
+    / sum by (model_name) (rate(glmops_chat_completions_total[10m])) > 0.05
 (0.05 is the canary's default max_rate; guard low traffic with `and sum by (model_name)
-(rate(glmops:chat_completions_total[10m])) > 0.1` or similar).
+(rate(glmops_chat_completions_total[10m])) > 0.1` or similar).
 """
 
 from __future__ import annotations
@@ -49,11 +51,13 @@ INFO = PatchInfo(
     ),
     how=(
         "OpenAIServingChat.create_chat_completion is wrapped: every finished chat completion choice (non-streaming "
-        "response, or a streamed choice at its finish_reason) increments glmops:chat_completions_total{model_name}, "
-        "and glmops:chat_null_content_total{model_name} when content is empty, reasoning is not and no tool was "
+        "response, or a streamed choice at its finish_reason) increments glmops_chat_completions_total{model_name}, "
+        "and glmops_chat_null_content_total{model_name} when content is empty, reasoning is not and no tool was "
         "called; OpenAIServingChat.__init__ is wrapped to start both series at 0 for every served model name. "
-        "Alert: sum by (model_name) (rate(glmops:chat_null_content_total[10m])) / "
-        "sum by (model_name) (rate(glmops:chat_completions_total[10m])) > 0.05."
+        "The earlier names glmops:chat_completions_total and glmops:chat_null_content_total count the same, "
+        "deprecated for one release. "
+        "Alert: sum by (model_name) (rate(glmops_chat_null_content_total[10m])) / "
+        "sum by (model_name) (rate(glmops_chat_completions_total[10m])) > 0.05."
     ),
     affected=VersionRange("0.26.0"),
     # Plain Python around the OpenAI front end: it counts on any platform (cpu: vLLM's CPU build, as tested here).
@@ -61,8 +65,10 @@ INFO = PatchInfo(
     remove_when="vLLM exports a null-content (content empty, reasoning non-empty) counter of its own",
 )
 
-COMPLETIONS = "glmops:chat_completions"
-NULL_CONTENT = "glmops:chat_null_content"
+COMPLETIONS = "glmops_chat_completions"
+NULL_CONTENT = "glmops_chat_null_content"
+# The earlier names, counted alike for one release (deprecated: promtool refuses a colon outside recording rules).
+DEPRECATED = {COMPLETIONS: "glmops:chat_completions", NULL_CONTENT: "glmops:chat_null_content"}
 LABEL = "model_name"
 
 SERVING = "vllm.entrypoints.openai.chat_completion.serving"
@@ -103,10 +109,25 @@ def apply(ctx: Context, found: Mapping[Target, Any]) -> str:
 
 # --- the counters -----------------------------------------------------------------------------------------------
 
-_counters: tuple[Any, Any] | None = None
+
+class _Counted:
+    """A counter under its name and its deprecated name: `labels(...).inc()` counts both."""
+
+    def __init__(self, current: Any, deprecated: Any) -> None:
+        self.current, self.deprecated = current, deprecated
+
+    def labels(self, *values: str) -> _Counted:
+        return _Counted(self.current.labels(*values), self.deprecated.labels(*values))
+
+    def inc(self, amount: float = 1) -> None:
+        self.current.inc(amount)
+        self.deprecated.inc(amount)
 
 
-def counters() -> tuple[Any, Any]:
+_counters: tuple[_Counted, _Counted] | None = None
+
+
+def counters() -> tuple[_Counted, _Counted]:
     """(completions, null-content) Counters, registered once per process in prometheus_client's global REGISTRY."""
     global _counters
     if _counters is None:
@@ -118,7 +139,13 @@ def counters() -> tuple[Any, Any]:
             (COMPLETIONS, "Finished chat completion choices (glmops plugin)."),
             (NULL_CONTENT, "Finished chat completion choices with empty content and non-empty reasoning (glmops)."),
         ):
-            made.append(existing.get(name) or Counter(name, doc, [LABEL]))
+            old = DEPRECATED[name]
+            made.append(
+                _Counted(
+                    existing.get(name) or Counter(name, doc, [LABEL]),
+                    existing.get(old) or Counter(old, f"Deprecated, use {name}_total. {doc}", [LABEL]),
+                )
+            )
         _counters = (made[0], made[1])
     return _counters
 
