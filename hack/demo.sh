@@ -44,6 +44,20 @@ stop_sims
 stop_operator
 gsm8k_args=()
 if [[ -f "$gsm8k" ]]; then export GLMOPS_GSM8K_PATH="$gsm8k"; gsm8k_args=(--gsm8k "$gsm8k"); fi
+# kwok pods run no process: a vLLM simulator answers on each serving pod's (loopback) IP, launched
+# with that pod's command line, env, GPU and image, so the canaries meet what was really deployed.
+log "starting the vLLM simulators (log: $state/logs/sim-fleet.log)"
+setsid "$root/.venv/bin/glmctl" sim-fleet "${gsm8k_args[@]}" >"$state/logs/sim-fleet.log" 2>&1 < /dev/null &
+echo $! > "$simpid"
+# On a second run the demo's pods are still there: their simulators answer before the operator starts, or its
+# first re-checks of their stored verdicts would find nobody answering and take them out of service.
+sims_serving() {
+  local ip
+  for ip in $(kc get pods -n "$ns" -l glmops.dev/serving=true -o jsonpath='{.items[*].status.podIP}'); do
+    curl -fsS -m 2 "http://$ip:8000/v1/models" >/dev/null || return 1
+  done
+}
+wait_for "sim-fleet serving the demo's existing pods" 180 sims_serving
 log "starting the operator (log: $state/logs/operator.log)"
 GLMOPS_WEBHOOK_ADDR=127.0.0.1 GLMOPS_WEBHOOK_HOST=127.0.0.1 GLMOPS_WEBHOOK_PORT=19443 \
 GLMOPS_WEBHOOK_CERT="$state/certs/webhook.crt" GLMOPS_WEBHOOK_KEY="$state/certs/webhook.key" \
@@ -53,11 +67,6 @@ GLMOPS_WEBHOOK_CA="$state/certs/ca.crt" \
 echo $! > "$oppid"
 wait_for "operator liveness" 60 curl -fsS http://127.0.0.1:18080/healthz
 wait_for "operator admission webhooks" 60 kc get validatingwebhookconfiguration glmops.dev
-# kwok pods run no process: a vLLM simulator answers on each serving pod's (loopback) IP, launched
-# with that pod's command line, env, GPU and image, so the canaries meet what was really deployed.
-log "starting the vLLM simulators (log: $state/logs/sim-fleet.log)"
-setsid "$root/.venv/bin/glmctl" sim-fleet "${gsm8k_args[@]}" >"$state/logs/sim-fleet.log" 2>&1 < /dev/null &
-echo $! > "$simpid"
 
 kc create namespace "$ns" --dry-run=client -o yaml | kc apply -f - >/dev/null
 # Room for every sample at once (render/fleet.py DEMO_FLEET; tests/unit/test_demo_fleet.py packs them onto it),
