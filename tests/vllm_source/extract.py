@@ -183,7 +183,19 @@ def _uses_props(expr: ast.expr) -> bool:
 
 
 def moe_batched_all2all(src: Source) -> tuple[Any, str]:
-    prop = src.method(FUSED_CONFIG, "FusedMoEParallelConfig", "use_batched_activation_format")
+    """Before 0.34.0 a FusedMoEParallelConfig property; from 0.34.0 the `BatchedExperts` branch of
+    `FusedMoEConfig.activation_format` (which also picks it for `--moe-backend batched_triton`, not a backend)."""
+    try:
+        prop = src.method(FUSED_CONFIG, "FusedMoEParallelConfig", "use_batched_activation_format")
+    except LookupError:
+        prop = src.method(FUSED_CONFIG, "FusedMoEConfig", "activation_format")
+        for node in ast.walk(prop):
+            if isinstance(node, ast.If) and any(
+                isinstance(r, ast.Return) and r.value is not None and _text(r.value).endswith(".BatchedExperts")
+                for r in node.body
+            ):
+                return _backends_of(src, node.test), f"{FUSED_CONFIG}:{prop.lineno}"
+        raise LookupError("FusedMoEConfig.activation_format has no BatchedExperts branch") from None
     return _backends_of(src, _return_expr(prop)), f"{FUSED_CONFIG}:{prop.lineno}"
 
 
@@ -268,23 +280,38 @@ def http_keep_alive(src: Source) -> tuple[Any, str]:
     return int(match[1]), f"{rel}:{key.lineno}"
 
 
+NGRAM_CONFIG = "v1/worker/gpu/spec_decode/ngram/config.py"
+
+
 def ngram_lookup_defaults(src: Source) -> tuple[Any, str]:
-    """The (min, max) prompt-lookup defaults set when neither is given, inside the ngram-only branch."""
+    """The (min, max) prompt-lookup defaults set when neither is given, inside the ngram-only branch
+    (`SpeculativeConfig` before 0.34.0; from 0.34.0 `NgramSpeculatorConfig.configure`, whose base class sets
+    both to 0 for every other method)."""
     rel = "config/speculative.py"
-    both_unset = "self.prompt_lookup_min is None and self.prompt_lookup_max is None"
     for branch in ast.walk(src.tree(rel)):
-        if not (isinstance(branch, ast.If) and "ngram" in _strings(branch.test)):
-            continue
-        for node in ast.walk(branch):
-            if isinstance(node, ast.If) and _text(node.test) == both_unset:
-                assigned = {
-                    _text(a.targets[0]): a.value.value
-                    for a in node.body
-                    if isinstance(a, ast.Assign) and isinstance(a.value, ast.Constant)
-                }
-                value = (assigned["self.prompt_lookup_min"], assigned["self.prompt_lookup_max"])
-                return value, f"{rel}:{node.lineno}"
+        if isinstance(branch, ast.If) and "ngram" in _strings(branch.test):
+            found = _both_unset_defaults(branch, "self")
+            if found is not None:
+                return found[0], f"{rel}:{found[1]}"
+    if (src.root / NGRAM_CONFIG).is_file():
+        configure = src.method(NGRAM_CONFIG, "NgramSpeculatorConfig", "configure")
+        found = _both_unset_defaults(configure, "spec")
+        if found is not None:
+            return found[0], f"{NGRAM_CONFIG}:{found[1]}"
     raise LookupError(f"{rel}: no ngram branch defaulting both prompt-lookup bounds")
+
+
+def _both_unset_defaults(scope: ast.AST, owner: str) -> tuple[tuple[Any, Any], int] | None:
+    both_unset = f"{owner}.prompt_lookup_min is None and {owner}.prompt_lookup_max is None"
+    for node in ast.walk(scope):
+        if isinstance(node, ast.If) and _text(node.test) == both_unset:
+            assigned = {
+                _text(a.targets[0]): a.value.value
+                for a in node.body
+                if isinstance(a, ast.Assign) and isinstance(a.value, ast.Constant)
+            }
+            return (assigned[f"{owner}.prompt_lookup_min"], assigned[f"{owner}.prompt_lookup_max"]), node.lineno
+    return None
 
 
 def _env_table(tree: ast.Module) -> dict[str, tuple[ast.expr, ast.expr]]:
@@ -375,7 +402,8 @@ def pp_partition_checks(src: Source) -> tuple[Any, str]:
     return frozenset(checks), where
 
 
-DSA_FILES = ("model_executor/models/deepseek_v2.py", "models/deepseek_v32")
+# The DSA modules, and (from 0.34.0) the shared `compute_skip_topk_layers` they call.
+DSA_FILES = ("model_executor/models/deepseek_v2.py", "models/deepseek_v32", "model_executor/models/utils.py")
 
 
 def dsa_reuse_rules(src: Source) -> Iterator[tuple[str, Callable[[int, int, int], bool], tuple[Any, Any]]]:
@@ -387,19 +415,26 @@ def dsa_reuse_rules(src: Source) -> Iterator[tuple[str, Callable[[int, int, int]
             rel = str(file.relative_to(src.root))
             for func in (n for n in ast.walk(src.tree(rel)) if isinstance(n, ast.FunctionDef)):
                 for node in ast.walk(func):
-                    if _is_skip_assign(node):
-                        assert isinstance(node, ast.Assign)
-                        yield f"{rel}:{node.lineno}", _skip_function(node.value), _getattr_defaults(func)
+                    expr = _skip_expr(node)
+                    if expr is not None:
+                        yield f"{rel}:{node.lineno}", _skip_function(expr), _getattr_defaults(func)
 
 
-def _is_skip_assign(node: ast.AST) -> bool:
-    return (
-        isinstance(node, ast.Assign)
-        and "skip_topk" in _text(node.targets[0])
-        and isinstance(node.value, ast.Compare)
-        and isinstance(node.value.left, ast.BinOp)
-        and isinstance(node.value.left.op, ast.Mod)
-    )
+def _is_reuse_expr(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Compare) and isinstance(expr.left, ast.BinOp) and isinstance(expr.left.op, ast.Mod)
+
+
+def _skip_expr(node: ast.AST) -> ast.expr | None:
+    """`skip_topk = <expr>` (each module before 0.34.0), or `if <expr>: skip_layers.add(layer)` (from 0.34.0)."""
+    if isinstance(node, ast.Assign) and "skip_topk" in _text(node.targets[0]) and _is_reuse_expr(node.value):
+        return node.value
+    if (
+        isinstance(node, ast.If)
+        and _is_reuse_expr(node.test)
+        and any(isinstance(s, ast.Expr) and re.fullmatch(r"skip\w*\.add\(.*\)", _text(s.value)) for s in node.body)
+    ):
+        return node.test
+    return None
 
 
 def _skip_function(expr: ast.expr) -> Callable[[int, int, int], bool]:
