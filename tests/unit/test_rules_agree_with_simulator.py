@@ -85,11 +85,15 @@ def mtp_grid() -> list[tuple[str, B]]:
 
 def pp_grid() -> list[tuple[str, B]]:
     out = []
-    for partition, version, patched in itertools.product([None, "38,40", "39,39"], ["0.30.0", "0.33.0"], [False, True]):
-        b = _image(B().model("zai-org/GLM-5.3").accelerator("H200").tensor(4).pipeline(2), "cuda", version, patched)
+    accelerators = [("H200", "cuda"), ("MI355X", "rocm")]
+    versions = ["0.30.0", "0.33.0", "0.34.0"]
+    for partition, version, patched, (acc, platform) in itertools.product(
+        [None, "38,40", "39,39"], versions, [False, True], accelerators
+    ):
+        b = _image(B().model("zai-org/GLM-5.3").accelerator(acc).tensor(4).pipeline(2), platform, version, patched)
         if partition:
             b = b.env("VLLM_PP_LAYER_PARTITION", partition)
-        out.append((f"pp2-{partition}-{version}-{'patched' if patched else 'stock'}", b))
+        out.append((f"pp2-{acc}-{partition}-{version}-{'patched' if patched else 'stock'}", b))
     return out
 
 

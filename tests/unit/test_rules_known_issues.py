@@ -214,6 +214,55 @@ def test_63170_still_present_in_0_33() -> None:
     assert "vllm-63170" in rules_hit(obj)
 
 
+@pytest.mark.parametrize(
+    "acc, image",
+    [("H200", "vllm/vllm-openai:v0.34.0"), ("MI355X", "vllm/vllm-openai-rocm:v0.34.0"), ("H200", None)],
+)
+def test_63170_0_34_hands_the_top_k_across_stages_on_cuda_and_rocm(acc: str, image: str | None) -> None:
+    b = pp(2, acc=acc).tensor(4)
+    b = b.image(image) if image else b.drop("spec.engine.image").vllm("0.34.0")
+    result = admit(b.build(), CATALOGS)
+    assert result.allowed and not [f for f in result.findings if f.rule == "vllm-63170"]
+    assert "VLLM_PP_LAYER_PARTITION" not in str(result.patched["spec"]["engine"].get("env", []))
+
+
+def test_63170_0_34_still_refuses_a_partition_vllm_refuses() -> None:
+    finding = rules_hit(pp(2).tensor(4).image("vllm/vllm-openai:v0.34.0").env("VLLM_PP_LAYER_PARTITION", "38").build())
+    assert "has 1 entries" in finding["vllm-63170"].message
+
+
+def test_63170_on_0_33_offers_the_0_33_patched_image_and_0_34() -> None:
+    fix = rules_hit(pp(2).tensor(4).image("vllm/vllm-openai:v0.33.0").build())["vllm-63170"].fix
+    assert 'patched image (drop spec.engine.image, set spec.engine.vllmVersion: "0.33.0")' in fix
+    assert 'vLLM 0.34.0 (spec.engine.vllmVersion: "0.34.0" without spec.engine.image)' in fix
+
+
+def test_63170_unknown_version_offers_only_images_the_catalog_builds_with_the_patch() -> None:
+    fix = rules_hit(pp(2).tensor(4).image("registry.example.com/vllm:latest").build())["vllm-63170"].fix
+    assert 'patched image of vLLM 0.33.0 (drop spec.engine.image, set spec.engine.vllmVersion: "0.33.0")' in fix
+    assert 'vllmVersion: "0.34.0" without spec.engine.image), which hands the top-k' in fix
+
+
+@pytest.mark.parametrize(
+    "acc, image", [("H200", "vllm/vllm-openai:v0.35.0"), ("MI355X", "vllm/vllm-openai-rocm:v0.35.0")]
+)
+def test_63170_unchecked_newer_version_is_warned_on_by_the_newest_checked_not_refused(acc: str, image: str) -> None:
+    result = admit(pp(2, acc=acc).tensor(4).image(image).build(), CATALOGS)
+    assert result.allowed, result.rejection()
+    (warning,) = [f for f in result.findings if f.rule == "vllm-63170"]
+    assert warning.severity == "warning" and not warning.changes
+    assert "has not read vLLM 0.35.0's source, and judges it by vLLM 0.34.0" in warning.message
+    assert "models/deepseek_v32/nvidia/model.py:233" in warning.message
+    assert "glmops-patched" not in warning.message and "patched image" not in warning.message
+    assert "VLLM_PP_LAYER_PARTITION=38,40" in warning.message
+
+
+def test_63170_unchecked_version_between_checked_ones_is_judged_by_the_older_and_refused() -> None:
+    finding = rules_hit(pp(2).tensor(4).image("vllm/vllm-openai:v0.28.0").build())["vllm-63170"]
+    assert 'patched image of vLLM 0.33.0 (drop spec.engine.image, set spec.engine.vllmVersion: "0.33.0")' in finding.fix
+    assert "0.28.0-glmops" not in finding.message
+
+
 # --- vllm-52833 ---------------------------------------------------------------------------------
 
 

@@ -458,3 +458,55 @@ def _getattr_defaults(func: ast.FunctionDef) -> tuple[Any, Any]:
             if isinstance(key, ast.Constant) and key.value in ("index_topk_freq", "index_skip_topk_offset"):
                 found[key.value] = ast.literal_eval(node.args[2])
     return found.get("index_topk_freq"), found.get("index_skip_topk_offset")
+
+
+# --- The DSA top-k across pipeline stages (vllm-63170) ------------------------------------------------------------
+
+DSA_ENTRY = "models/deepseek_v32/__init__.py"
+DSA_PLATFORMS = (("cuda", "current_platform.is_cuda()"), ("rocm", "current_platform.is_rocm()"))
+
+
+def dsa_pp_topk_sent(src: Source) -> tuple[Any, str]:
+    """The platforms whose GlmMoeDsaForCausalLM sends the shared top-k indices to the next pipeline stage: the
+    module the DSA entry point imports under `current_platform.is_<platform>()` sets a buffer dict up with
+    `pp_topk_buffers`, copies what it receives into place with `copy_pp_buffers` and returns the buffers in the
+    `IntermediateTensors` it hands on."""
+    sent: set[str] = set()
+    where: list[str] = []
+    for platform, test in DSA_PLATFORMS:
+        rel = _dsa_module_for(src, test)
+        line = _sends_topk(src, rel) if rel else None
+        if line is not None:
+            sent.add(platform)
+            where.append(f"{rel}:{line}")
+    return frozenset(sent), ", ".join(sorted(where)) or "models/deepseek_v32 (no top-k sent across stages)"
+
+
+def _dsa_module_for(src: Source, test: str) -> str | None:
+    if not (src.root / DSA_ENTRY).is_file():
+        return None
+    for branch in ast.walk(src.tree(DSA_ENTRY)):
+        if isinstance(branch, ast.If) and _text(branch.test) == test:
+            for node in branch.body:
+                if isinstance(node, ast.ImportFrom) and any(
+                    (a.asname or a.name) == "GlmMoeDsaForCausalLM" for a in node.names
+                ):
+                    module = (node.module or "").replace(".", "/")
+                    return f"models/deepseek_v32/{module}.py" if node.level else f"{module.removeprefix('vllm/')}.py"
+    return None
+
+
+def _sends_topk(src: Source, rel: str) -> int | None:
+    tree = src.tree(rel)
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and _text(node.value.func) == "pp_topk_buffers"
+        ):
+            buffers = _text(node.targets[0])
+            calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+            copied = any(_text(c.func) == "copy_pp_buffers" and buffers in map(_text, c.args) for c in calls)
+            handed_on = any(_text(c.func) == "IntermediateTensors" and f"{buffers}.items()" in _text(c) for c in calls)
+            return node.lineno if copied and handed_on else None
+    return None

@@ -517,6 +517,27 @@ DSA_TOPK_REUSE = Fact(
     },
 )
 
+_NO_TOPK_SENT = "models/deepseek_v32 (no top-k sent across stages)"
+DSA_PP_TOPK_SENT = Fact(
+    id="dsa-pp-topk-sent",
+    claim=(
+        "Platforms on which `GlmMoeDsaForCausalLM` hands the shared DSA top-k indices to the next pipeline stage "
+        "(`pp_topk_buffers` set up, `copy_pp_buffers` on receipt, the buffers returned in `IntermediateTensors`), "
+        "so a stage starting on a top-k reuse layer reads the previous stage's indices. XPU and CPU run the "
+        "generic module, which does not."
+    ),
+    since=(("0.26.0", frozenset[str]()), ("0.34.0", frozenset({"cuda", "rocm"}))),
+    where={
+        "0.26.0": _NO_TOPK_SENT,
+        "0.27.1": _NO_TOPK_SENT,
+        "0.30.0": _NO_TOPK_SENT,
+        "0.31.0": _NO_TOPK_SENT,
+        "0.32.0": _NO_TOPK_SENT,
+        "0.33.0": _NO_TOPK_SENT,
+        "0.34.0": "models/deepseek_v32/amd/model.py:191, models/deepseek_v32/nvidia/model.py:233",
+    },
+)
+
 # --- The HTTP server the canaries talk to -------------------------------------------------------------------------
 
 HTTP_KEEP_ALIVE_S = Fact(
@@ -581,6 +602,7 @@ FACTS: tuple[Fact[object], ...] = (
     MLA_FP4BMM_NEEDS_BF16,
     PP_DEFAULT_SPLIT,
     DSA_TOPK_REUSE,
+    DSA_PP_TOPK_SENT,
     HTTP_KEEP_ALIVE_S,
     NGRAM_LOOKUP_DEFAULTS,
 )

@@ -364,14 +364,18 @@ def version_known(ctx: Context) -> list[Finding]:
             )
         )
     elif not ctx.image.known and str(ctx.version) not in images.versions:
+        judge, newest = images.judged_as(ctx.version), images.newest_version()
+        which = "the newest checked version" if judge == str(newest) else "the checked version below it"
         out.append(
             _f(
                 "version",
                 "warning",
                 "spec.engine.image",
                 engine.image,
-                f"vLLM {ctx.version} is not a version glmops has checked ({supported})",
-                "Prefer a checked version",
+                f"vLLM {ctx.version} is not a version glmops has checked ({supported}): the version-bound rules judge "
+                f"it by what vLLM {judge} ({which}) does, read from {judge}'s source, and what changed since is not "
+                "known",
+                f"Prefer a checked version (the newest is {newest})",
             )
         )
     tag_version = ctx.image.version

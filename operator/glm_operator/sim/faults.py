@@ -22,6 +22,7 @@ FAULTS = ("none", "garbled", "null-content", "stale-topk", "mtp-zero", "repeat")
 V0_27_1 = Version.parse("0.27.1")
 V0_32 = Version.parse("0.32.0")
 V0_33 = Version.parse("0.33.0")
+V0_34 = Version.parse("0.34.0")
 MXFP4_W4A4 = "compressed-tensors-mxfp4-w4a4"
 MXFP4_PATCH = "moe-mxfp4-expert-map"
 MXFP4_PATCH_BACKEND = "GLMOPS_MOE_MXFP4_BACKEND"
@@ -238,9 +239,13 @@ def pp_layer_split(layers: int, pp: int, partition: str | None) -> list[int]:
 
 
 def stale_topk(r: Resolved) -> Outcome | None:
-    """vllm-63170: a pipeline stage that starts on a top-k reuse layer reads stale indices."""
+    """vllm-63170: a pipeline stage that starts on a top-k reuse layer reads stale indices, until 0.34.0's CUDA and
+    ROCm DSA modules send the top-k with the hidden states (models/deepseek_v32/{nvidia,amd}/model.py
+    pp_topk_buffers)."""
     model, pp = r.model, r.launch.pipeline
     if not model or model.index_topk_freq == 1 or pp == 1 or TOPK_PATCH in r.launch.patches:
+        return None
+    if r.version >= V0_34 and r.gpu and r.gpu.platform in ("cuda", "rocm"):
         return None
     sizes = pp_layer_split(model.layers, pp, r.launch.env.get("VLLM_PP_LAYER_PARTITION"))
     starts = [sum(sizes[:stage]) for stage in range(1, pp)]
