@@ -26,7 +26,15 @@ def mxfp4_ep(image: str | None = "vllm/vllm-openai:v0.30.0", acc: str = "GB200")
 
 @pytest.mark.parametrize(
     "version, broken",
-    [("0.26.0", True), ("0.27.1", True), ("0.30.0", True), ("0.31.0", True), ("0.32.0", False), ("0.33.0", False)],
+    [
+        ("0.26.0", True),
+        ("0.27.1", True),
+        ("0.30.0", True),
+        ("0.31.0", True),
+        ("0.32.0", False),
+        ("0.33.0", False),
+        ("0.34.0", False),
+    ],
 )
 def test_58729_stock_image_is_broken_only_before_0_32(version: str, broken: bool) -> None:
     hit = rules_hit(mxfp4_ep(f"vllm/vllm-openai:v{version}").build())
@@ -280,7 +288,15 @@ def mi355(version: str = "0.27.1") -> B:
 
 @pytest.mark.parametrize(
     "version, broken",
-    [("0.26.0", True), ("0.27.1", True), ("0.30.0", True), ("0.31.0", True), ("0.32.0", True), ("0.33.0", False)],
+    [
+        ("0.26.0", True),
+        ("0.27.1", True),
+        ("0.30.0", True),
+        ("0.31.0", True),
+        ("0.32.0", True),
+        ("0.33.0", False),
+        ("0.34.0", False),
+    ],
 )
 def test_52833_affects_versions_before_0_33(version: str, broken: bool) -> None:
     assert ("vllm-52833" in rules_hit(mi355(version).build())) == broken
