@@ -63,6 +63,25 @@ def test_58729_tensor_instead_of_expert_parallelism_is_clean() -> None:
     assert rules_hit(obj.build()) == {}
 
 
+@pytest.mark.parametrize("version, refused", [("0.33.0", False), ("0.34.0", True)])
+def test_58729_deepep_v2_pads_rows_from_0_34_so_the_stock_image_fails_after_loading(
+    version: str, refused: bool
+) -> None:
+    hit = rules_hit(mxfp4_ep(f"vllm/vllm-openai:v{version}").set("spec.engine.all2allBackend", "deepep_v2").build())
+    assert ("vllm-58729" in hit) == refused
+    if refused:
+        assert "padded rows" in hit["vllm-58729"].message and "after loading every weight" in hit["vllm-58729"].message
+
+
+@pytest.mark.parametrize("version, refused", [("0.33.0", False), ("0.34.0", True)])
+def test_marlin_off_sm100_takes_no_padded_rows_from_0_34(version: str, refused: bool) -> None:
+    obj = mxfp4_ep(f"vllm/vllm-openai:v{version}", acc="H200").set("spec.engine.all2allBackend", "deepep_v2")
+    hit = rules_hit(obj.build())
+    assert ("feasibility/moe-layout" in hit) == refused
+    if refused:
+        assert "cannot take the padded rows" in hit["feasibility/moe-layout"].message
+
+
 def test_58729_other_checkpoint_formats_are_not_affected() -> None:
     obj = mxfp4_ep().model("nvidia/GLM-5.3-NVFP4").build()
     assert "vllm-58729" not in rules_hit(obj)
@@ -111,6 +130,10 @@ def test_58729_from_0_32_only_layouts_the_experts_cannot_take_break(backend: str
         ("0.33.0", "deepep_low_latency", True, True),
         ("0.33.0", "nixl_ep", False, True),
         ("0.33.0", "deepep_v2", True, False),
+        ("0.33.0", "deepep_v2", False, False),
+        ("0.34.0", "deepep_v2", False, True),  # padded rows from 0.34.0: neither experts take them
+        ("0.34.0", "deepep_v2", True, True),
+        ("0.34.0", "deepep_high_throughput", True, False),
     ],
 )
 def test_58729_patched_image_admits_layouts_its_plugin_serves_and_refuses_those_it_would_stop(

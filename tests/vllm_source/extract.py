@@ -199,6 +199,28 @@ def moe_batched_all2all(src: Source) -> tuple[Any, str]:
     return _backends_of(src, _return_expr(prop)), f"{FUSED_CONFIG}:{prop.lineno}"
 
 
+def moe_padded_all2all(src: Source) -> tuple[Any, str]:
+    """The backends `FusedMoEConfig.activation_format` (from 0.34.0) gives padded standard rows, which only experts
+    declaring `PaddedStandard` take: the Cutlass MXFP4 and Marlin experts are checked to declare `Standard`."""
+    try:
+        prop = src.method(FUSED_CONFIG, "FusedMoEConfig", "activation_format")
+    except LookupError:
+        return frozenset(), f"{FUSED_CONFIG} (no padded layout)"
+    for rel, cls in (
+        ("model_executor/layers/fused_moe/experts/cutlass_moe.py", "CutlassExpertsMxfp4"),
+        ("model_executor/layers/fused_moe/experts/marlin_moe.py", "MarlinExperts"),
+    ):
+        declared = _text(_return_expr(src.method(rel, cls, "activation_format")))
+        assert declared.endswith(".Standard"), f"{cls} now declares {declared}"
+    for node in ast.walk(prop):
+        if isinstance(node, ast.If) and any(
+            isinstance(r, ast.Return) and r.value is not None and _text(r.value).endswith(".PaddedStandard")
+            for r in node.body
+        ):
+            return _backends_of(src, node.test), f"{FUSED_CONFIG}:{node.lineno}"
+    return frozenset(), f"{FUSED_CONFIG} (no padded layout)"
+
+
 def _rejected(src: Source, rel: str, cls: str) -> tuple[Any, str]:
     func = src.method(rel, cls, "_supports_parallel_config")
     expr = _return_expr(func)

@@ -56,6 +56,7 @@ READERS: dict[str, Callable[[Source], tuple[Any, str]]] = {
     facts.MOE_ALL2ALL_KERNELS.id: extract.moe_all2all_kernels,
     facts.MOE_SEQUENCE_PARALLEL_NEEDS.id: extract.moe_sequence_parallel,
     facts.MOE_BATCHED_ALL2ALL.id: extract.moe_batched_all2all,
+    facts.MOE_PADDED_ALL2ALL.id: extract.moe_padded_all2all,
     facts.CUTLASS_MXFP4_REJECTED_ALL2ALL.id: extract.cutlass_mxfp4_rejected_all2all,
     facts.CUTLASS_MXFP4_REMAPS.id: extract.cutlass_mxfp4_remaps,
     facts.MARLIN_REJECTED_ALL2ALL.id: extract.marlin_rejected_all2all,

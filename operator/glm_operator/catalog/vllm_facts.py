@@ -291,6 +291,25 @@ MOE_BATCHED_ALL2ALL = Fact(
         "0.34.0": f"{_FUSED_CONFIG}:1468",
     },
 )
+_NO_PADDED = f"{_FUSED_CONFIG} (no padded layout)"
+MOE_PADDED_ALL2ALL = Fact(
+    id="moe-padded-all2all",
+    claim=(
+        "All-to-all backends whose kernels hand the experts padded standard rows (`PaddedStandard` in "
+        "`FusedMoEConfig.activation_format`, from 0.34.0), which only experts declaring that format take: the "
+        "Cutlass MXFP4 and Marlin experts declare `Standard`, so vLLM refuses them after loading every weight."
+    ),
+    since=(("0.26.0", frozenset[str]()), ("0.34.0", frozenset({"deepep_v2"}))),
+    where={
+        "0.26.0": _NO_PADDED,
+        "0.27.1": _NO_PADDED,
+        "0.30.0": _NO_PADDED,
+        "0.31.0": _NO_PADDED,
+        "0.32.0": _NO_PADDED,
+        "0.33.0": _NO_PADDED,
+        "0.34.0": f"{_FUSED_CONFIG}:1481",
+    },
+)
 _CUTLASS = "model_executor/layers/fused_moe/experts/cutlass_moe.py"
 CUTLASS_MXFP4_REJECTED_ALL2ALL = Fact(
     id="cutlass-mxfp4-rejected-all2all",
@@ -591,6 +610,7 @@ FACTS: tuple[Fact[object], ...] = (
     MOE_ALL2ALL_KERNELS,
     MOE_SEQUENCE_PARALLEL_NEEDS,
     MOE_BATCHED_ALL2ALL,
+    MOE_PADDED_ALL2ALL,
     CUTLASS_MXFP4_REJECTED_ALL2ALL,
     CUTLASS_MXFP4_REMAPS,
     MARLIN_REJECTED_ALL2ALL,

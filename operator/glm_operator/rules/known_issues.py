@@ -66,11 +66,13 @@ def vllm_58729(ctx: Context, rule: RuleInfo) -> list[Finding]:
         return []  # tensor-only expert parallelism: vLLM builds no all-to-all kernels, the backend is unused
     backend = facts.effective_all2all(ctx.spec.engine.all2all_backend, ctx.version)
     batched = backend in facts.MOE_BATCHED_ALL2ALL.at(ctx.version)
+    padded = backend in facts.MOE_PADDED_ALL2ALL.at(ctx.version)
     marlin = patched and _marlin_asked(ctx)
     rejected = facts.MARLIN_REJECTED_ALL2ALL.at(ctx.version) if marlin else _cutlass_rejects()
-    if backend not in rejected and not batched:
+    if backend not in rejected and not batched and not padded:
         return []
-    return [_layout_finding(ctx, rule, backend, patched=patched, batched=batched, marlin=marlin)]
+    layout = "batched" if batched else "padded" if padded else None
+    return [_layout_finding(ctx, rule, backend, patched=patched, layout=layout, marlin=marlin)]
 
 
 def _misroute_finding(ctx: Context, rule: RuleInfo) -> Finding:
@@ -103,12 +105,20 @@ def _cutlass_rejects() -> frozenset[str]:
 
 
 def _layout_finding(
-    ctx: Context, rule: RuleInfo, backend: str, *, patched: bool, batched: bool, marlin: bool
+    ctx: Context, rule: RuleInfo, backend: str, *, patched: bool, layout: str | None, marlin: bool
 ) -> Finding:
-    if batched:
+    """`layout`: "batched" or "padded" (activation formats neither MXFP4 experts take), or None (a layout the
+    experts that run reject)."""
+    unfit = layout is not None  # neither experts take it, so Marlin is no way out
+    if layout == "batched":
         why = (
             "this all-to-all layout uses the batched activation format, which neither the Cutlass nor the Marlin "
             "MXFP4 experts take"
+        )
+    elif layout == "padded":
+        why = (
+            "this all-to-all layout hands the experts padded rows (`moe-padded-all2all`), which neither the Cutlass "
+            "nor the Marlin MXFP4 experts take"
         )
     elif marlin:  # the switch moved the MoE to Marlin, which refuses this layout too (marlin-rejected-all2all)
         why = "neither the Cutlass nor the Marlin MXFP4 MoE experts take this all-to-all layout"
@@ -119,7 +129,7 @@ def _layout_finding(
         if patched
         else "the compressed-tensors MXFP4 method still picks them, so vLLM fails only after loading every weight"
     )
-    marlin_takes = not batched and backend not in facts.MARLIN_REJECTED_ALL2ALL.at(ctx.version)
+    marlin_takes = not unfit and backend not in facts.MARLIN_REJECTED_ALL2ALL.at(ctx.version)
     hint = _patched_hint(ctx, rule.patch)
     marlin_fix = (
         f", or engine.env {MOE_BACKEND_ENV}=marlin with {hint} (the Marlin MXFP4 experts)"
@@ -345,8 +355,9 @@ VLLM_58729 = RuleInfo(
         "0.26.0-0.31.x: compressed-tensors W4A4 MXFP4 checkpoint, SM100-family GPU, expert parallelism "
         "with TP x DP > 1 (--moe-backend marlin does not avoid it). Every version, with expert and data "
         "parallelism: the DeepEP high-throughput and FlashInfer NVLink all-to-all layouts, which the Cutlass "
-        "MXFP4 experts cannot take, and the batched layouts of DeepEP low-latency and nixl_ep, which neither "
-        "the Cutlass nor the Marlin MXFP4 experts take (0.32.0+ fails only after loading every weight)."
+        "MXFP4 experts cannot take, and the batched layouts of DeepEP low-latency and nixl_ep (from 0.34.0 also "
+        "DeepEP v2's padded rows), which neither the Cutlass nor the Marlin MXFP4 experts take (0.32.0+ fails only "
+        "after loading every weight)."
     ),
     patch="moe-mxfp4-expert-map",
     remedy=(
@@ -362,7 +373,8 @@ VLLM_58729 = RuleInfo(
         "image is stock and `run_cutlass_moe_mxfp4` ignores expert_map (`cutlass-mxfp4-remaps`: below 0.32.0, "
         "or an unknown version). Otherwise, only when all-to-all kernels are built (data > 1, "
         "`moe-all2all-kernels`, `moe-sequence-parallel`), refuse `spec.engine.all2allBackend` (auto and "
-        "`all2all-rewritten` names resolved as vLLM does) when it is batched (`moe-batched-all2all`) or rejected "
+        "`all2all-rewritten` names resolved as vLLM does) when it is batched (`moe-batched-all2all`) or padded "
+        "(`moe-padded-all2all`) or rejected "
         "by the experts that run: Cutlass (`cutlass-mxfp4-rejected-all2all` of the newest version, which the "
         "patch also enforces) or, on the patched image with GLMOPS_MOE_MXFP4_BACKEND=marlin, Marlin "
         "(`marlin-rejected-all2all`). `ct-mxfp4-moe-backends-read`: --moe-backend marlin changes nothing."
@@ -374,6 +386,7 @@ VLLM_58729 = RuleInfo(
         "all2all-default",
         "all2all-rewritten",
         "moe-batched-all2all",
+        "moe-padded-all2all",
         "cutlass-mxfp4-remaps",
         "cutlass-mxfp4-rejected-all2all",
         "marlin-rejected-all2all",
