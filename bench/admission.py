@@ -76,7 +76,7 @@ def varied_objects(n: int, seed: int = 16) -> list[dict[str, Any]]:
         spec.setdefault("validation", {})["remediation"] = rng.choice(["Auto", "Reject"])
         if rng.random() < 0.3:
             spec.setdefault("engine", {}).pop("image", None)
-            spec["engine"]["vllmVersion"] = rng.choice(["0.27.1", "0.30.0", "0.32.0", "0.33.0"])
+            spec["engine"]["vllmVersion"] = rng.choice(["0.27.1", "0.30.0", "0.32.0", "0.33.0", "0.34.0"])
         doc["metadata"]["name"] = f"v{len(out)}"
         out.append(doc)
     return out

@@ -17,6 +17,7 @@ from glm_operator.canary.gsm8k import last_integer
 from glm_operator.canary.gsm8k_data import generate, parse_jsonl, solve_generated
 from glm_operator.canary.suite import SuiteInputs, run_suite
 from glm_operator.catalog.accelerators import load_accelerators
+from glm_operator.catalog.images import load_images
 from glm_operator.catalog.versions import Version
 from glm_operator.cli.canary_cmd import sim
 from glm_operator.sim.behaviour import Model
@@ -264,7 +265,7 @@ def test_the_simulator_knows_the_catalogs_amd_gpus() -> None:
     ],
     ids=["tp8", "dp8-ep", "tp8-ep-patched"],
 )
-@pytest.mark.parametrize("version", ["0.26.0", "0.27.1", "0.30.0", "0.31.0", "0.32.0", "0.33.0"])
+@pytest.mark.parametrize("version", load_images().versions)
 @pytest.mark.parametrize("gpu", ROCM_GPUS)
 def test_compressed_tensors_mxfp4_on_rocm_stops_after_loading_on_every_version(
     gpu: str, version: str, flags: tuple[str, ...], patches: tuple[str, ...]
@@ -368,6 +369,14 @@ def test_stale_topk_follows_where_the_pipeline_stages_start(
 ) -> None:
     launch = _launch(model, "--pipeline-parallel-size", str(pp), version="0.30.0", env=env, patches=patches)
     _assert_shows(launch, expected)
+
+
+@pytest.mark.parametrize(
+    "version, gpu, expected",
+    [("0.33.0", "H200", "stale-topk"), ("0.34.0", "H200", "none"), ("0.34.0", "MI355X", "none")],
+)
+def test_0_34_sends_the_top_k_to_the_next_stage_on_cuda_and_rocm(version: str, gpu: str, expected: str) -> None:
+    _assert_shows(_launch("zai-org/GLM-5.3", "-pp", "2", "-tp", "4", gpu=gpu, version=version), expected)
 
 
 def test_a_launch_that_stops_wins_over_a_fault_it_would_show() -> None:

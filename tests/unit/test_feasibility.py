@@ -88,6 +88,18 @@ def findings(b: B) -> dict[tuple[str, str], str]:
         ),
         (B().accelerator("H200").tensor(8).vllm("0.29.0"), "feasibility/version", "error", "no patched image"),
         (
+            B().accelerator("H200").tensor(8).image("vllm/vllm-openai:v0.35.0"),
+            "feasibility/version",
+            "warning",
+            "judge it by what vLLM 0.34.0 (the newest checked version) does",
+        ),
+        (
+            B().accelerator("H200").tensor(8).image("vllm/vllm-openai:v0.28.0"),
+            "feasibility/version",
+            "warning",
+            "judge it by what vLLM 0.27.1 (the checked version below it) does",
+        ),
+        (
             B().accelerator("H200").tensor(8).image("vllm/vllm-openai-rocm:v0.30.0"),
             "feasibility/platform",
             "error",

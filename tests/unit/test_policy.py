@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from glm_operator.api import AcceleratorType
+from glm_operator.catalog.images import load_images
 from glm_operator.catalog.models import load_models
 from glm_operator.rules.context import Catalogs
 from glm_operator.rules.engine import REMEDIATIONS_ANNOTATION, admit
@@ -88,7 +89,7 @@ def specs(draw: st.DrawFn) -> dict:
     b = B().model(draw(st.sampled_from(MODELS))).accelerator(draw(st.sampled_from([t.value for t in AcceleratorType])))
     b.tensor(draw(st.sampled_from([1, 2, 4, 8]))).pipeline(draw(st.sampled_from([1, 2, 3, 4, 8])))
     b.data(draw(st.sampled_from([1, 2, 8]))).expert(draw(st.booleans()))
-    version = draw(st.sampled_from(["0.26.0", "0.27.1", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]))
+    version = draw(st.sampled_from(load_images().versions))
     if draw(st.booleans()):
         b.image(f"vllm/vllm-openai{'-rocm' if draw(st.booleans()) else ''}:v{version}")
     else:

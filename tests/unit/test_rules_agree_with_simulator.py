@@ -39,9 +39,10 @@ def mxfp4_grid() -> list[tuple[str, B]]:
         ("h200-dp8", lambda b: b.accelerator("H200").data(8)),  # no CUTLASS MXFP4 kernel: vLLM runs Marlin
     ]
     backends = ["auto", "pplx", "deepep_high_throughput", "deepep_low_latency", "nixl_ep"]
-    backends += ["flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided"]
+    backends += ["flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided", "deepep_v2"]
     images = [("0.26.0", False, False), ("0.30.0", False, False), ("0.32.0", False, False), ("0.33.0", False, False)]
     images += [("0.30.0", True, False), ("0.33.0", True, False), ("0.30.0", True, True), ("0.33.0", True, True)]
+    images += [("0.34.0", False, False), ("0.34.0", True, False), ("0.34.0", True, True)]  # DeepEP v2 pads rows
     images += [("0.26.0", True, True)]  # 0.26.0's Marlin experts refuse FlashInfer one-sided too
     for (lname, layout), backend, (version, patched, marlin) in itertools.product(layouts, backends, images):
         b = layout(B().model("RedHatAI/GLM-5.3-MXFP4").expert().set("spec.engine.all2allBackend", backend))
@@ -85,11 +86,15 @@ def mtp_grid() -> list[tuple[str, B]]:
 
 def pp_grid() -> list[tuple[str, B]]:
     out = []
-    for partition, version, patched in itertools.product([None, "38,40", "39,39"], ["0.30.0", "0.33.0"], [False, True]):
-        b = _image(B().model("zai-org/GLM-5.3").accelerator("H200").tensor(4).pipeline(2), "cuda", version, patched)
+    accelerators = [("H200", "cuda"), ("MI355X", "rocm")]
+    versions = ["0.30.0", "0.33.0", "0.34.0"]
+    for partition, version, patched, (acc, platform) in itertools.product(
+        [None, "38,40", "39,39"], versions, [False, True], accelerators
+    ):
+        b = _image(B().model("zai-org/GLM-5.3").accelerator(acc).tensor(4).pipeline(2), platform, version, patched)
         if partition:
             b = b.env("VLLM_PP_LAYER_PARTITION", partition)
-        out.append((f"pp2-{partition}-{version}-{'patched' if patched else 'stock'}", b))
+        out.append((f"pp2-{acc}-{partition}-{version}-{'patched' if patched else 'stock'}", b))
     return out
 
 

@@ -26,7 +26,15 @@ def mxfp4_ep(image: str | None = "vllm/vllm-openai:v0.30.0", acc: str = "GB200")
 
 @pytest.mark.parametrize(
     "version, broken",
-    [("0.26.0", True), ("0.27.1", True), ("0.30.0", True), ("0.31.0", True), ("0.32.0", False), ("0.33.0", False)],
+    [
+        ("0.26.0", True),
+        ("0.27.1", True),
+        ("0.30.0", True),
+        ("0.31.0", True),
+        ("0.32.0", False),
+        ("0.33.0", False),
+        ("0.34.0", False),
+    ],
 )
 def test_58729_stock_image_is_broken_only_before_0_32(version: str, broken: bool) -> None:
     hit = rules_hit(mxfp4_ep(f"vllm/vllm-openai:v{version}").build())
@@ -53,6 +61,25 @@ def test_58729_patched_image_of_the_same_version_is_clean() -> None:
 def test_58729_tensor_instead_of_expert_parallelism_is_clean() -> None:
     obj = B().model("RedHatAI/GLM-5.3-MXFP4").accelerator("GB200").tensor(4).image("vllm/vllm-openai:v0.30.0")
     assert rules_hit(obj.build()) == {}
+
+
+@pytest.mark.parametrize("version, refused", [("0.33.0", False), ("0.34.0", True)])
+def test_58729_deepep_v2_pads_rows_from_0_34_so_the_stock_image_fails_after_loading(
+    version: str, refused: bool
+) -> None:
+    hit = rules_hit(mxfp4_ep(f"vllm/vllm-openai:v{version}").set("spec.engine.all2allBackend", "deepep_v2").build())
+    assert ("vllm-58729" in hit) == refused
+    if refused:
+        assert "padded rows" in hit["vllm-58729"].message and "after loading every weight" in hit["vllm-58729"].message
+
+
+@pytest.mark.parametrize("version, refused", [("0.33.0", False), ("0.34.0", True)])
+def test_marlin_off_sm100_takes_no_padded_rows_from_0_34(version: str, refused: bool) -> None:
+    obj = mxfp4_ep(f"vllm/vllm-openai:v{version}", acc="H200").set("spec.engine.all2allBackend", "deepep_v2")
+    hit = rules_hit(obj.build())
+    assert ("feasibility/moe-layout" in hit) == refused
+    if refused:
+        assert "cannot take the padded rows" in hit["feasibility/moe-layout"].message
 
 
 def test_58729_other_checkpoint_formats_are_not_affected() -> None:
@@ -103,6 +130,10 @@ def test_58729_from_0_32_only_layouts_the_experts_cannot_take_break(backend: str
         ("0.33.0", "deepep_low_latency", True, True),
         ("0.33.0", "nixl_ep", False, True),
         ("0.33.0", "deepep_v2", True, False),
+        ("0.33.0", "deepep_v2", False, False),
+        ("0.34.0", "deepep_v2", False, True),  # padded rows from 0.34.0: neither experts take them
+        ("0.34.0", "deepep_v2", True, True),
+        ("0.34.0", "deepep_high_throughput", True, False),
     ],
 )
 def test_58729_patched_image_admits_layouts_its_plugin_serves_and_refuses_those_it_would_stop(
@@ -214,6 +245,55 @@ def test_63170_still_present_in_0_33() -> None:
     assert "vllm-63170" in rules_hit(obj)
 
 
+@pytest.mark.parametrize(
+    "acc, image",
+    [("H200", "vllm/vllm-openai:v0.34.0"), ("MI355X", "vllm/vllm-openai-rocm:v0.34.0"), ("H200", None)],
+)
+def test_63170_0_34_hands_the_top_k_across_stages_on_cuda_and_rocm(acc: str, image: str | None) -> None:
+    b = pp(2, acc=acc).tensor(4)
+    b = b.image(image) if image else b.drop("spec.engine.image").vllm("0.34.0")
+    result = admit(b.build(), CATALOGS)
+    assert result.allowed and not [f for f in result.findings if f.rule == "vllm-63170"]
+    assert "VLLM_PP_LAYER_PARTITION" not in str(result.patched["spec"]["engine"].get("env", []))
+
+
+def test_63170_0_34_still_refuses_a_partition_vllm_refuses() -> None:
+    finding = rules_hit(pp(2).tensor(4).image("vllm/vllm-openai:v0.34.0").env("VLLM_PP_LAYER_PARTITION", "38").build())
+    assert "has 1 entries" in finding["vllm-63170"].message
+
+
+def test_63170_on_0_33_offers_the_0_33_patched_image_and_0_34() -> None:
+    fix = rules_hit(pp(2).tensor(4).image("vllm/vllm-openai:v0.33.0").build())["vllm-63170"].fix
+    assert 'patched image (drop spec.engine.image, set spec.engine.vllmVersion: "0.33.0")' in fix
+    assert 'vLLM 0.34.0 (spec.engine.vllmVersion: "0.34.0" without spec.engine.image)' in fix
+
+
+def test_63170_unknown_version_offers_only_images_the_catalog_builds_with_the_patch() -> None:
+    fix = rules_hit(pp(2).tensor(4).image("registry.example.com/vllm:latest").build())["vllm-63170"].fix
+    assert 'patched image of vLLM 0.33.0 (drop spec.engine.image, set spec.engine.vllmVersion: "0.33.0")' in fix
+    assert 'vllmVersion: "0.34.0" without spec.engine.image), which hands the top-k' in fix
+
+
+@pytest.mark.parametrize(
+    "acc, image", [("H200", "vllm/vllm-openai:v0.35.0"), ("MI355X", "vllm/vllm-openai-rocm:v0.35.0")]
+)
+def test_63170_unchecked_newer_version_is_warned_on_by_the_newest_checked_not_refused(acc: str, image: str) -> None:
+    result = admit(pp(2, acc=acc).tensor(4).image(image).build(), CATALOGS)
+    assert result.allowed, result.rejection()
+    (warning,) = [f for f in result.findings if f.rule == "vllm-63170"]
+    assert warning.severity == "warning" and not warning.changes
+    assert "has not read vLLM 0.35.0's source, and judges it by vLLM 0.34.0" in warning.message
+    assert "models/deepseek_v32/nvidia/model.py:233" in warning.message
+    assert "glmops-patched" not in warning.message and "patched image" not in warning.message
+    assert "VLLM_PP_LAYER_PARTITION=38,40" in warning.message
+
+
+def test_63170_unchecked_version_between_checked_ones_is_judged_by_the_older_and_refused() -> None:
+    finding = rules_hit(pp(2).tensor(4).image("vllm/vllm-openai:v0.28.0").build())["vllm-63170"]
+    assert 'patched image of vLLM 0.33.0 (drop spec.engine.image, set spec.engine.vllmVersion: "0.33.0")' in finding.fix
+    assert "0.28.0-glmops" not in finding.message
+
+
 # --- vllm-52833 ---------------------------------------------------------------------------------
 
 
@@ -231,7 +311,15 @@ def mi355(version: str = "0.27.1") -> B:
 
 @pytest.mark.parametrize(
     "version, broken",
-    [("0.26.0", True), ("0.27.1", True), ("0.30.0", True), ("0.31.0", True), ("0.32.0", True), ("0.33.0", False)],
+    [
+        ("0.26.0", True),
+        ("0.27.1", True),
+        ("0.30.0", True),
+        ("0.31.0", True),
+        ("0.32.0", True),
+        ("0.33.0", False),
+        ("0.34.0", False),
+    ],
 )
 def test_52833_affects_versions_before_0_33(version: str, broken: bool) -> None:
     assert ("vllm-52833" in rules_hit(mi355(version).build())) == broken

@@ -183,8 +183,42 @@ def _uses_props(expr: ast.expr) -> bool:
 
 
 def moe_batched_all2all(src: Source) -> tuple[Any, str]:
-    prop = src.method(FUSED_CONFIG, "FusedMoEParallelConfig", "use_batched_activation_format")
+    """Before 0.34.0 a FusedMoEParallelConfig property; from 0.34.0 the `BatchedExperts` branch of
+    `FusedMoEConfig.activation_format` (which also picks it for `--moe-backend batched_triton`, not a backend)."""
+    try:
+        prop = src.method(FUSED_CONFIG, "FusedMoEParallelConfig", "use_batched_activation_format")
+    except LookupError:
+        prop = src.method(FUSED_CONFIG, "FusedMoEConfig", "activation_format")
+        for node in ast.walk(prop):
+            if isinstance(node, ast.If) and any(
+                isinstance(r, ast.Return) and r.value is not None and _text(r.value).endswith(".BatchedExperts")
+                for r in node.body
+            ):
+                return _backends_of(src, node.test), f"{FUSED_CONFIG}:{prop.lineno}"
+        raise LookupError("FusedMoEConfig.activation_format has no BatchedExperts branch") from None
     return _backends_of(src, _return_expr(prop)), f"{FUSED_CONFIG}:{prop.lineno}"
+
+
+def moe_padded_all2all(src: Source) -> tuple[Any, str]:
+    """The backends `FusedMoEConfig.activation_format` (from 0.34.0) gives padded standard rows, which only experts
+    declaring `PaddedStandard` take: the Cutlass MXFP4 and Marlin experts are checked to declare `Standard`."""
+    try:
+        prop = src.method(FUSED_CONFIG, "FusedMoEConfig", "activation_format")
+    except LookupError:
+        return frozenset(), f"{FUSED_CONFIG} (no padded layout)"
+    for rel, cls in (
+        ("model_executor/layers/fused_moe/experts/cutlass_moe.py", "CutlassExpertsMxfp4"),
+        ("model_executor/layers/fused_moe/experts/marlin_moe.py", "MarlinExperts"),
+    ):
+        declared = _text(_return_expr(src.method(rel, cls, "activation_format")))
+        assert declared.endswith(".Standard"), f"{cls} now declares {declared}"
+    for node in ast.walk(prop):
+        if isinstance(node, ast.If) and any(
+            isinstance(r, ast.Return) and r.value is not None and _text(r.value).endswith(".PaddedStandard")
+            for r in node.body
+        ):
+            return _backends_of(src, node.test), f"{FUSED_CONFIG}:{node.lineno}"
+    return frozenset(), f"{FUSED_CONFIG} (no padded layout)"
 
 
 def _rejected(src: Source, rel: str, cls: str) -> tuple[Any, str]:
@@ -268,23 +302,38 @@ def http_keep_alive(src: Source) -> tuple[Any, str]:
     return int(match[1]), f"{rel}:{key.lineno}"
 
 
+NGRAM_CONFIG = "v1/worker/gpu/spec_decode/ngram/config.py"
+
+
 def ngram_lookup_defaults(src: Source) -> tuple[Any, str]:
-    """The (min, max) prompt-lookup defaults set when neither is given, inside the ngram-only branch."""
+    """The (min, max) prompt-lookup defaults set when neither is given, inside the ngram-only branch
+    (`SpeculativeConfig` before 0.34.0; from 0.34.0 `NgramSpeculatorConfig.configure`, whose base class sets
+    both to 0 for every other method)."""
     rel = "config/speculative.py"
-    both_unset = "self.prompt_lookup_min is None and self.prompt_lookup_max is None"
     for branch in ast.walk(src.tree(rel)):
-        if not (isinstance(branch, ast.If) and "ngram" in _strings(branch.test)):
-            continue
-        for node in ast.walk(branch):
-            if isinstance(node, ast.If) and _text(node.test) == both_unset:
-                assigned = {
-                    _text(a.targets[0]): a.value.value
-                    for a in node.body
-                    if isinstance(a, ast.Assign) and isinstance(a.value, ast.Constant)
-                }
-                value = (assigned["self.prompt_lookup_min"], assigned["self.prompt_lookup_max"])
-                return value, f"{rel}:{node.lineno}"
+        if isinstance(branch, ast.If) and "ngram" in _strings(branch.test):
+            found = _both_unset_defaults(branch, "self")
+            if found is not None:
+                return found[0], f"{rel}:{found[1]}"
+    if (src.root / NGRAM_CONFIG).is_file():
+        configure = src.method(NGRAM_CONFIG, "NgramSpeculatorConfig", "configure")
+        found = _both_unset_defaults(configure, "spec")
+        if found is not None:
+            return found[0], f"{NGRAM_CONFIG}:{found[1]}"
     raise LookupError(f"{rel}: no ngram branch defaulting both prompt-lookup bounds")
+
+
+def _both_unset_defaults(scope: ast.AST, owner: str) -> tuple[tuple[Any, Any], int] | None:
+    both_unset = f"{owner}.prompt_lookup_min is None and {owner}.prompt_lookup_max is None"
+    for node in ast.walk(scope):
+        if isinstance(node, ast.If) and _text(node.test) == both_unset:
+            assigned = {
+                _text(a.targets[0]): a.value.value
+                for a in node.body
+                if isinstance(a, ast.Assign) and isinstance(a.value, ast.Constant)
+            }
+            return (assigned[f"{owner}.prompt_lookup_min"], assigned[f"{owner}.prompt_lookup_max"]), node.lineno
+    return None
 
 
 def _env_table(tree: ast.Module) -> dict[str, tuple[ast.expr, ast.expr]]:
@@ -375,7 +424,8 @@ def pp_partition_checks(src: Source) -> tuple[Any, str]:
     return frozenset(checks), where
 
 
-DSA_FILES = ("model_executor/models/deepseek_v2.py", "models/deepseek_v32")
+# The DSA modules, and (from 0.34.0) the shared `compute_skip_topk_layers` they call.
+DSA_FILES = ("model_executor/models/deepseek_v2.py", "models/deepseek_v32", "model_executor/models/utils.py")
 
 
 def dsa_reuse_rules(src: Source) -> Iterator[tuple[str, Callable[[int, int, int], bool], tuple[Any, Any]]]:
@@ -387,19 +437,26 @@ def dsa_reuse_rules(src: Source) -> Iterator[tuple[str, Callable[[int, int, int]
             rel = str(file.relative_to(src.root))
             for func in (n for n in ast.walk(src.tree(rel)) if isinstance(n, ast.FunctionDef)):
                 for node in ast.walk(func):
-                    if _is_skip_assign(node):
-                        assert isinstance(node, ast.Assign)
-                        yield f"{rel}:{node.lineno}", _skip_function(node.value), _getattr_defaults(func)
+                    expr = _skip_expr(node)
+                    if expr is not None:
+                        yield f"{rel}:{node.lineno}", _skip_function(expr), _getattr_defaults(func)
 
 
-def _is_skip_assign(node: ast.AST) -> bool:
-    return (
-        isinstance(node, ast.Assign)
-        and "skip_topk" in _text(node.targets[0])
-        and isinstance(node.value, ast.Compare)
-        and isinstance(node.value.left, ast.BinOp)
-        and isinstance(node.value.left.op, ast.Mod)
-    )
+def _is_reuse_expr(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Compare) and isinstance(expr.left, ast.BinOp) and isinstance(expr.left.op, ast.Mod)
+
+
+def _skip_expr(node: ast.AST) -> ast.expr | None:
+    """`skip_topk = <expr>` (each module before 0.34.0), or `if <expr>: skip_layers.add(layer)` (from 0.34.0)."""
+    if isinstance(node, ast.Assign) and "skip_topk" in _text(node.targets[0]) and _is_reuse_expr(node.value):
+        return node.value
+    if (
+        isinstance(node, ast.If)
+        and _is_reuse_expr(node.test)
+        and any(isinstance(s, ast.Expr) and re.fullmatch(r"skip\w*\.add\(.*\)", _text(s.value)) for s in node.body)
+    ):
+        return node.test
+    return None
 
 
 def _skip_function(expr: ast.expr) -> Callable[[int, int, int], bool]:
@@ -423,3 +480,55 @@ def _getattr_defaults(func: ast.FunctionDef) -> tuple[Any, Any]:
             if isinstance(key, ast.Constant) and key.value in ("index_topk_freq", "index_skip_topk_offset"):
                 found[key.value] = ast.literal_eval(node.args[2])
     return found.get("index_topk_freq"), found.get("index_skip_topk_offset")
+
+
+# --- The DSA top-k across pipeline stages (vllm-63170) ------------------------------------------------------------
+
+DSA_ENTRY = "models/deepseek_v32/__init__.py"
+DSA_PLATFORMS = (("cuda", "current_platform.is_cuda()"), ("rocm", "current_platform.is_rocm()"))
+
+
+def dsa_pp_topk_sent(src: Source) -> tuple[Any, str]:
+    """The platforms whose GlmMoeDsaForCausalLM sends the shared top-k indices to the next pipeline stage: the
+    module the DSA entry point imports under `current_platform.is_<platform>()` sets a buffer dict up with
+    `pp_topk_buffers`, copies what it receives into place with `copy_pp_buffers` and returns the buffers in the
+    `IntermediateTensors` it hands on."""
+    sent: set[str] = set()
+    where: list[str] = []
+    for platform, test in DSA_PLATFORMS:
+        rel = _dsa_module_for(src, test)
+        line = _sends_topk(src, rel) if rel else None
+        if line is not None:
+            sent.add(platform)
+            where.append(f"{rel}:{line}")
+    return frozenset(sent), ", ".join(sorted(where)) or "models/deepseek_v32 (no top-k sent across stages)"
+
+
+def _dsa_module_for(src: Source, test: str) -> str | None:
+    if not (src.root / DSA_ENTRY).is_file():
+        return None
+    for branch in ast.walk(src.tree(DSA_ENTRY)):
+        if isinstance(branch, ast.If) and _text(branch.test) == test:
+            for node in branch.body:
+                if isinstance(node, ast.ImportFrom) and any(
+                    (a.asname or a.name) == "GlmMoeDsaForCausalLM" for a in node.names
+                ):
+                    module = (node.module or "").replace(".", "/")
+                    return f"models/deepseek_v32/{module}.py" if node.level else f"{module.removeprefix('vllm/')}.py"
+    return None
+
+
+def _sends_topk(src: Source, rel: str) -> int | None:
+    tree = src.tree(rel)
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and _text(node.value.func) == "pp_topk_buffers"
+        ):
+            buffers = _text(node.targets[0])
+            calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+            copied = any(_text(c.func) == "copy_pp_buffers" and buffers in map(_text, c.args) for c in calls)
+            handed_on = any(_text(c.func) == "IntermediateTensors" and f"{buffers}.items()" in _text(c) for c in calls)
+            return node.lineno if copied and handed_on else None
+    return None

@@ -56,6 +56,7 @@ READERS: dict[str, Callable[[Source], tuple[Any, str]]] = {
     facts.MOE_ALL2ALL_KERNELS.id: extract.moe_all2all_kernels,
     facts.MOE_SEQUENCE_PARALLEL_NEEDS.id: extract.moe_sequence_parallel,
     facts.MOE_BATCHED_ALL2ALL.id: extract.moe_batched_all2all,
+    facts.MOE_PADDED_ALL2ALL.id: extract.moe_padded_all2all,
     facts.CUTLASS_MXFP4_REJECTED_ALL2ALL.id: extract.cutlass_mxfp4_rejected_all2all,
     facts.CUTLASS_MXFP4_REMAPS.id: extract.cutlass_mxfp4_remaps,
     facts.MARLIN_REJECTED_ALL2ALL.id: extract.marlin_rejected_all2all,
@@ -67,6 +68,7 @@ READERS: dict[str, Callable[[Source], tuple[Any, str]]] = {
     facts.MLA_FP4BMM_NEEDS_BF16.id: extract.mla_fp4bmm_needs_bf16,
     facts.PP_DEFAULT_SPLIT.id: extract.pp_partition_checks,
     facts.DSA_TOPK_REUSE.id: lambda src: _dsa_defaults(src),
+    facts.DSA_PP_TOPK_SENT.id: extract.dsa_pp_topk_sent,
     facts.HTTP_KEEP_ALIVE_S.id: extract.http_keep_alive,
     facts.NGRAM_LOOKUP_DEFAULTS.id: extract.ngram_lookup_defaults,
 }

@@ -77,6 +77,16 @@ class ImageCatalog(BaseModel):
         v = Version.parse(version)
         return tuple(name for name, rng in self.patches.items() if rng.covers(platform, v))
 
+    def newest_version(self) -> Version:
+        """The newest vLLM version glmops has checked (every fact read from its source)."""
+        return max(Version.parse(v) for v in self.versions)
+
+    def judged_as(self, version: Version) -> str:
+        """The checked version whose facts the rules use for `version`: the newest checked one at or below it (the
+        oldest for a version below them all), as `Fact.at` picks."""
+        below = [v for v in self.versions if Version.parse(v) <= version]
+        return max(below, key=Version.parse) if below else min(self.versions, key=Version.parse)
+
     def patched_ref(self, platform: str, version: str) -> str:
         return self.patched_images[platform].format(version=version)
 

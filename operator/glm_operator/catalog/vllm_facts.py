@@ -65,6 +65,7 @@ ALL2ALL_BACKENDS = Fact(
         ("0.26.0", _A2A),
         ("0.31.0", _with(_A2A, "moonep")),
         ("0.32.0", _with(_A2A, "moonep", "passthrough")),
+        ("0.34.0", _with(_A2A, "moonep", "passthrough", "mori")),
     ),
     where={
         "0.26.0": "config/parallel.py:40",
@@ -73,6 +74,7 @@ ALL2ALL_BACKENDS = Fact(
         "0.31.0": "config/parallel.py:44",
         "0.32.0": "config/parallel.py:44",
         "0.33.0": "config/parallel.py:45",
+        "0.34.0": "config/parallel.py:45",
     },
 )
 ALL2ALL_CLI_REMOVED = Fact(
@@ -86,6 +88,7 @@ ALL2ALL_CLI_REMOVED = Fact(
         "0.31.0": "engine/arg_utils.py (no removal)",
         "0.32.0": "engine/arg_utils.py:1127",
         "0.33.0": "engine/arg_utils.py:1159",
+        "0.34.0": "engine/arg_utils.py:1174",
     },
 )
 ALL2ALL_REWRITTEN = Fact(
@@ -99,6 +102,7 @@ ALL2ALL_REWRITTEN = Fact(
         "0.31.0": "config/parallel.py:507",
         "0.32.0": "config/parallel.py:533",
         "0.33.0": "config/parallel.py:537",
+        "0.34.0": "config/parallel.py:575",
     },
 )
 ALL2ALL_DEFAULT = Fact(
@@ -112,6 +116,7 @@ ALL2ALL_DEFAULT = Fact(
         "0.31.0": "config/parallel.py:202",
         "0.32.0": "config/parallel.py:219",
         "0.33.0": "config/parallel.py:220",
+        "0.34.0": "config/parallel.py:229",
     },
 )
 
@@ -162,6 +167,7 @@ MOE_BACKENDS = Fact(
         "0.31.0": "config/kernel.py:118",
         "0.32.0": "config/kernel.py:122",
         "0.33.0": "config/kernel.py:122",
+        "0.34.0": "config/kernel.py:122",
     },
 )
 
@@ -202,6 +208,7 @@ KV_CACHE_DTYPES = Fact(
         "0.31.0": "config/cache.py:39",
         "0.32.0": "config/cache.py:39",
         "0.33.0": "config/cache.py:44",
+        "0.34.0": "config/cache.py:44",
     },
 )
 
@@ -222,6 +229,7 @@ MOE_USE_EP = Fact(
         "0.31.0": f"{_FUSED_CONFIG}:1182",
         "0.32.0": f"{_FUSED_CONFIG}:1189",
         "0.33.0": f"{_FUSED_CONFIG}:1198",
+        "0.34.0": f"{_FUSED_CONFIG}:1235",
     },
 )
 MOE_ALL2ALL_KERNELS = Fact(
@@ -239,6 +247,7 @@ MOE_ALL2ALL_KERNELS = Fact(
         "0.31.0": f"{_FUSED_CONFIG}:1025",
         "0.32.0": f"{_FUSED_CONFIG}:1026",
         "0.33.0": f"{_FUSED_CONFIG}:1035",
+        "0.34.0": f"{_FUSED_CONFIG}:1066",
     },
 )
 MOE_SEQUENCE_PARALLEL_NEEDS = Fact(
@@ -261,13 +270,15 @@ MOE_SEQUENCE_PARALLEL_NEEDS = Fact(
         "0.31.0": "config/parallel.py:719",
         "0.32.0": "config/parallel.py:764",
         "0.33.0": "config/parallel.py:768",
+        "0.34.0": "config/parallel.py:859",
     },
 )
 MOE_BATCHED_ALL2ALL = Fact(
     id="moe-batched-all2all",
     claim=(
         "All-to-all backends whose kernels use the batched activation format "
-        "(`FusedMoEParallelConfig.use_batched_activation_format`)."
+        "(`FusedMoEParallelConfig.use_batched_activation_format`; from 0.34.0 the `BatchedExperts` branch of "
+        "`FusedMoEConfig.activation_format`, where `deepep_v2` gets a padded standard layout instead)."
     ),
     since=(("0.26.0", frozenset({"deepep_low_latency", "nixl_ep"})),),
     where={
@@ -277,6 +288,26 @@ MOE_BATCHED_ALL2ALL = Fact(
         "0.31.0": f"{_FUSED_CONFIG}:1056",
         "0.32.0": f"{_FUSED_CONFIG}:1057",
         "0.33.0": f"{_FUSED_CONFIG}:1066",
+        "0.34.0": f"{_FUSED_CONFIG}:1468",
+    },
+)
+_NO_PADDED = f"{_FUSED_CONFIG} (no padded layout)"
+MOE_PADDED_ALL2ALL = Fact(
+    id="moe-padded-all2all",
+    claim=(
+        "All-to-all backends whose kernels hand the experts padded standard rows (`PaddedStandard` in "
+        "`FusedMoEConfig.activation_format`, from 0.34.0), which only experts declaring that format take: the "
+        "Cutlass MXFP4 and Marlin experts declare `Standard`, so vLLM refuses them after loading every weight."
+    ),
+    since=(("0.26.0", frozenset[str]()), ("0.34.0", frozenset({"deepep_v2"}))),
+    where={
+        "0.26.0": _NO_PADDED,
+        "0.27.1": _NO_PADDED,
+        "0.30.0": _NO_PADDED,
+        "0.31.0": _NO_PADDED,
+        "0.32.0": _NO_PADDED,
+        "0.33.0": _NO_PADDED,
+        "0.34.0": f"{_FUSED_CONFIG}:1481",
     },
 )
 _CUTLASS = "model_executor/layers/fused_moe/experts/cutlass_moe.py"
@@ -307,6 +338,7 @@ CUTLASS_MXFP4_REJECTED_ALL2ALL = Fact(
         "0.31.0": f"{_CUTLASS}:1038",
         "0.32.0": f"{_CUTLASS}:1057",
         "0.33.0": f"{_CUTLASS}:1059",
+        "0.34.0": f"{_CUTLASS}:1084",
     },
 )
 CUTLASS_MXFP4_REMAPS = Fact(
@@ -320,6 +352,7 @@ CUTLASS_MXFP4_REMAPS = Fact(
         "0.31.0": f"{_CUTLASS}:815",
         "0.32.0": f"{_CUTLASS}:831",
         "0.33.0": f"{_CUTLASS}:833",
+        "0.34.0": f"{_CUTLASS}:841",
     },
 )
 _MARLIN = "model_executor/layers/fused_moe/experts/marlin_moe.py"
@@ -340,6 +373,7 @@ MARLIN_REJECTED_ALL2ALL = Fact(
         "0.31.0": f"{_MARLIN}:624",
         "0.32.0": f"{_MARLIN}:624",
         "0.33.0": f"{_MARLIN}:629",
+        "0.34.0": f"{_MARLIN}:576",
     },
 )
 MARLIN_NEEDS_CUDA = Fact(
@@ -353,6 +387,7 @@ MARLIN_NEEDS_CUDA = Fact(
         "0.31.0": f"{_MARLIN}:587",
         "0.32.0": f"{_MARLIN}:587",
         "0.33.0": f"{_MARLIN}:592",
+        "0.34.0": f"{_MARLIN}:539",
     },
 )
 _CT_MXFP4 = (
@@ -372,6 +407,7 @@ CT_MXFP4_EXPERTS = Fact(
         "0.31.0": f"{_CT_MXFP4}:48",
         "0.32.0": f"{_CT_MXFP4}:53",
         "0.33.0": f"{_CT_MXFP4}:53",
+        "0.34.0": f"{_CT_MXFP4}:57",
     },
 )
 CT_MXFP4_MOE_BACKENDS_READ = Fact(
@@ -380,7 +416,11 @@ CT_MXFP4_MOE_BACKENDS_READ = Fact(
         "The `--moe-backend` values `CompressedTensorsW4A4Mxfp4MoEMethod.__init__` compares against: `marlin` is "
         "not one of them, so it does not move this checkpoint off the Cutlass experts."
     ),
-    since=(("0.26.0", frozenset[str]()), ("0.30.0", frozenset({"b12x"}))),
+    since=(
+        ("0.26.0", frozenset[str]()),
+        ("0.30.0", frozenset({"b12x"})),
+        ("0.34.0", frozenset({"b12x", "deep_gemm"})),
+    ),
     where={
         "0.26.0": f"{_CT_MXFP4}:45",
         "0.27.1": f"{_CT_MXFP4}:45",
@@ -388,6 +428,7 @@ CT_MXFP4_MOE_BACKENDS_READ = Fact(
         "0.31.0": f"{_CT_MXFP4}:48",
         "0.32.0": f"{_CT_MXFP4}:53",
         "0.33.0": f"{_CT_MXFP4}:53",
+        "0.34.0": f"{_CT_MXFP4}:57",
     },
 )
 
@@ -416,6 +457,7 @@ AITER_SWITCH_DEFAULTS = Fact(
         "0.31.0": "envs.py:1263, envs.py:1359, envs.py:1354",
         "0.32.0": "envs.py:1269, envs.py:1381, envs.py:1376",
         "0.33.0": "envs.py:1267, envs.py:1374, envs.py:1369",
+        "0.34.0": "envs.py:1329, envs.py:1449, envs.py:1444",
     },
 )
 AITER_BMM_NEEDS_MASTER = Fact(
@@ -432,6 +474,7 @@ AITER_BMM_NEEDS_MASTER = Fact(
         "0.31.0": "_aiter_ops.py:2365, _aiter_ops.py:2360",
         "0.32.0": "_aiter_ops.py:2397, _aiter_ops.py:2392",
         "0.33.0": "_aiter_ops.py:2585, _aiter_ops.py:2580",
+        "0.34.0": "_aiter_ops.py:2608, _aiter_ops.py:2603",
     },
 )
 MLA_FP4BMM_NEEDS_BF16 = Fact(
@@ -449,6 +492,7 @@ MLA_FP4BMM_NEEDS_BF16 = Fact(
         "0.31.0": "model_executor/layers/attention/mla_attention.py:713",
         "0.32.0": "model_executor/layers/attention/mla_attention.py:714",
         "0.33.0": "model_executor/layers/attention/mla_attention.py:724",
+        "0.34.0": "model_executor/layers/attention/mla_attention.py:778",
     },
 )
 
@@ -469,6 +513,7 @@ PP_DEFAULT_SPLIT = Fact(
         "0.31.0": "distributed/utils.py:128",
         "0.32.0": "distributed/utils.py:126",
         "0.33.0": "distributed/utils.py:198",
+        "0.34.0": "distributed/utils.py:211",
     },
 )
 DSA_TOPK_REUSE = Fact(
@@ -476,7 +521,8 @@ DSA_TOPK_REUSE = Fact(
     claim=(
         "A GLM-5.x DSA layer reuses the previous top-k indices when "
         "`max(layer - index_skip_topk_offset + 1, 0) % index_topk_freq != 0` (defaults: freq 1, offset 2), in "
-        "every module that runs `GlmMoeDsaForCausalLM`; this is `ModelInfo.computes_topk` negated."
+        "every module that runs `GlmMoeDsaForCausalLM` (from 0.34.0 the DSA modules share "
+        "`compute_skip_topk_layers`); this is `ModelInfo.computes_topk` negated."
     ),
     since=(("0.26.0", (1, 2)),),
     where={
@@ -486,6 +532,28 @@ DSA_TOPK_REUSE = Fact(
         "0.31.0": "model_executor/models/deepseek_v2.py:1150, models/deepseek_v32/attention.py:171",
         "0.32.0": "model_executor/models/deepseek_v2.py:1151, models/deepseek_v32/attention.py:171",
         "0.33.0": "model_executor/models/deepseek_v2.py:1151, models/deepseek_v32/attention.py:171",
+        "0.34.0": "model_executor/models/deepseek_v2.py:1151, model_executor/models/utils.py:1052",
+    },
+)
+
+_NO_TOPK_SENT = "models/deepseek_v32 (no top-k sent across stages)"
+DSA_PP_TOPK_SENT = Fact(
+    id="dsa-pp-topk-sent",
+    claim=(
+        "Platforms on which `GlmMoeDsaForCausalLM` hands the shared DSA top-k indices to the next pipeline stage "
+        "(`pp_topk_buffers` set up, `copy_pp_buffers` on receipt, the buffers returned in `IntermediateTensors`), "
+        "so a stage starting on a top-k reuse layer reads the previous stage's indices. XPU and CPU run the "
+        "generic module, which does not."
+    ),
+    since=(("0.26.0", frozenset[str]()), ("0.34.0", frozenset({"cuda", "rocm"}))),
+    where={
+        "0.26.0": _NO_TOPK_SENT,
+        "0.27.1": _NO_TOPK_SENT,
+        "0.30.0": _NO_TOPK_SENT,
+        "0.31.0": _NO_TOPK_SENT,
+        "0.32.0": _NO_TOPK_SENT,
+        "0.33.0": _NO_TOPK_SENT,
+        "0.34.0": "models/deepseek_v32/amd/model.py:191, models/deepseek_v32/nvidia/model.py:233",
     },
 )
 
@@ -505,6 +573,7 @@ HTTP_KEEP_ALIVE_S = Fact(
         "0.31.0": "envs.py:1137",
         "0.32.0": "envs.py:1143",
         "0.33.0": "envs.py:1135",
+        "0.34.0": "envs.py:1197",
     },
 )
 
@@ -515,7 +584,8 @@ NGRAM_LOOKUP_DEFAULTS = Fact(
     claim=(
         "`SpeculativeConfig` sets (prompt_lookup_min, prompt_lookup_max) to this default only for the ngram "
         "methods and only when neither is given; one given fills the other, min above max is refused, and every "
-        "other method sets both to 0 (so glmops refuses the bounds there)."
+        "other method sets both to 0 (so glmops refuses the bounds there); from 0.34.0 this lives in "
+        "`NgramSpeculatorConfig.configure` and the base `SpeculatorConfig.configure`."
     ),
     since=(("0.26.0", (5, 5)),),
     where={
@@ -525,6 +595,7 @@ NGRAM_LOOKUP_DEFAULTS = Fact(
         "0.31.0": "config/speculative.py:1191",
         "0.32.0": "config/speculative.py:1197",
         "0.33.0": "config/speculative.py:1302",
+        "0.34.0": "v1/worker/gpu/spec_decode/ngram/config.py:21",
     },
 )
 
@@ -539,6 +610,7 @@ FACTS: tuple[Fact[object], ...] = (
     MOE_ALL2ALL_KERNELS,
     MOE_SEQUENCE_PARALLEL_NEEDS,
     MOE_BATCHED_ALL2ALL,
+    MOE_PADDED_ALL2ALL,
     CUTLASS_MXFP4_REJECTED_ALL2ALL,
     CUTLASS_MXFP4_REMAPS,
     MARLIN_REJECTED_ALL2ALL,
@@ -550,6 +622,7 @@ FACTS: tuple[Fact[object], ...] = (
     MLA_FP4BMM_NEEDS_BF16,
     PP_DEFAULT_SPLIT,
     DSA_TOPK_REUSE,
+    DSA_PP_TOPK_SENT,
     HTTP_KEEP_ALIVE_S,
     NGRAM_LOOKUP_DEFAULTS,
 )

@@ -173,7 +173,8 @@ def format_on_architecture(ctx: Context) -> list[Finding]:
 
 
 def mxfp4_moe_layout(ctx: Context) -> list[Finding]:
-    """Off SM100 the MXFP4 MoE runs on Marlin, which takes neither batched nor FlashInfer two-sided all-to-all."""
+    """Off SM100 the MXFP4 MoE runs on Marlin, which takes neither batched, padded (DeepEP v2 from 0.34.0) nor
+    FlashInfer two-sided all-to-all."""
     p = ctx.spec.parallelism
     if (
         ctx.model is None
@@ -185,11 +186,16 @@ def mxfp4_moe_layout(ctx: Context) -> list[Finding]:
         return []
     backend = facts.effective_all2all(ctx.spec.engine.all2all_backend, ctx.version)
     batched = backend in facts.MOE_BATCHED_ALL2ALL.at(ctx.version)
-    if not batched and backend not in facts.MARLIN_REJECTED_ALL2ALL.at(ctx.version):
+    padded = backend in facts.MOE_PADDED_ALL2ALL.at(ctx.version)
+    if not batched and not padded and backend not in facts.MARLIN_REJECTED_ALL2ALL.at(ctx.version):
         return []
     one_sided = backend == "flashinfer_nvlink_one_sided"  # refused by the Marlin experts of 0.26.0
     layout = (
-        "the batched activation format" if batched else f"the FlashInfer {'one' if one_sided else 'two'}-sided layout"
+        "the batched activation format"
+        if batched
+        else "the padded rows"
+        if padded
+        else f"the FlashInfer {'one' if one_sided else 'two'}-sided layout"
     )
     return [
         _f(
@@ -364,14 +370,18 @@ def version_known(ctx: Context) -> list[Finding]:
             )
         )
     elif not ctx.image.known and str(ctx.version) not in images.versions:
+        judge, newest = images.judged_as(ctx.version), images.newest_version()
+        which = "the newest checked version" if judge == str(newest) else "the checked version below it"
         out.append(
             _f(
                 "version",
                 "warning",
                 "spec.engine.image",
                 engine.image,
-                f"vLLM {ctx.version} is not a version glmops has checked ({supported})",
-                "Prefer a checked version",
+                f"vLLM {ctx.version} is not a version glmops has checked ({supported}): the version-bound rules judge "
+                f"it by what vLLM {judge} ({which}) does, read from {judge}'s source, and what changed since is not "
+                "known",
+                f"Prefer a checked version (the newest is {newest})",
             )
         )
     tag_version = ctx.image.version

@@ -6,6 +6,7 @@ from __future__ import annotations
 from glm_operator.api.constants import ROCM_AITER_ENV, ROCM_AITER_RENDERED
 from glm_operator.catalog import vllm_facts as facts
 from glm_operator.catalog.accelerators import ArchFamily
+from glm_operator.catalog.versions import Version
 from glm_operator.rules.context import Context
 from glm_operator.rules.findings import Change, Finding
 from glm_operator.rules.partition import (
@@ -27,9 +28,24 @@ def _version(ctx: Context) -> str:
     return f"vLLM {ctx.version}" if ctx.version else "an unknown vLLM version (assumed affected)"
 
 
-def _patched_hint(ctx: Context) -> str:
-    version = ctx.version or ctx.catalogs.images.default_version
-    return f'glmops\' patched image (drop spec.engine.image, set spec.engine.vllmVersion: "{version}")'
+def _patched_hint(ctx: Context, patch: str) -> str | None:
+    """glmops' patched image carrying `patch` on this platform: of the spec's own vLLM version when the catalog
+    builds it with that patch, else of the newest catalog version that does; None when no version does."""
+    images = ctx.catalogs.images
+    carrying = [v for v in images.versions if patch in images.patches_for(ctx.platform, v)]
+    if not carrying:
+        return None
+    own = str(ctx.version) if ctx.version else None
+    version = own if own in carrying else max(carrying, key=Version.parse)
+    of = "" if version == own else f" of vLLM {version}"
+    return f'glmops\' patched image{of} (drop spec.engine.image, set spec.engine.vllmVersion: "{version}")'
+
+
+def _or(hint: str | None, lead: str = ", or ", tail: str = "") -> str:
+    """`lead` + hint (a leading alternative: hint + `, `), or nothing when there is no hint."""
+    if not hint:
+        return ""
+    return f"{lead}{hint}{tail}" if lead else f"{hint}, "
 
 
 def vllm_58729(ctx: Context, rule: RuleInfo) -> list[Finding]:
@@ -45,19 +61,21 @@ def vllm_58729(ctx: Context, rule: RuleInfo) -> list[Finding]:
     patched = ctx.has_patch(rule.patch)
     remaps = ctx.version is not None and facts.CUTLASS_MXFP4_REMAPS.at(ctx.version)
     if not remaps and not patched:
-        return [_misroute_finding(ctx, rule.id, rule.upstream)]
+        return [_misroute_finding(ctx, rule)]
     if not facts.all2all_kernels_built(p.tensor, p.data, p.expert):
         return []  # tensor-only expert parallelism: vLLM builds no all-to-all kernels, the backend is unused
     backend = facts.effective_all2all(ctx.spec.engine.all2all_backend, ctx.version)
     batched = backend in facts.MOE_BATCHED_ALL2ALL.at(ctx.version)
+    padded = backend in facts.MOE_PADDED_ALL2ALL.at(ctx.version)
     marlin = patched and _marlin_asked(ctx)
     rejected = facts.MARLIN_REJECTED_ALL2ALL.at(ctx.version) if marlin else _cutlass_rejects()
-    if backend not in rejected and not batched:
+    if backend not in rejected and not batched and not padded:
         return []
-    return [_layout_finding(ctx, rule.id, rule.upstream, backend, patched=patched, batched=batched, marlin=marlin)]
+    layout = "batched" if batched else "padded" if padded else None
+    return [_layout_finding(ctx, rule, backend, patched=patched, layout=layout, marlin=marlin)]
 
 
-def _misroute_finding(ctx: Context, rule_id: str, upstream: str) -> Finding:
+def _misroute_finding(ctx: Context, rule: RuleInfo) -> Finding:
     p = ctx.spec.parallelism
     marlin = (
         " (--moe-backend marlin does not move this checkpoint off Cutlass on these versions)"
@@ -65,7 +83,7 @@ def _misroute_finding(ctx: Context, rule_id: str, upstream: str) -> Finding:
         else ""
     )
     return Finding(
-        rule=rule_id,
+        rule=rule.id,
         severity="error",
         field="spec.parallelism.expert",
         value="true",
@@ -74,8 +92,9 @@ def _misroute_finding(ctx: Context, rule_id: str, upstream: str) -> Finding:
             f"parallelism ({p.summary()}) on {ctx.accelerator.name}, so tokens reach the wrong experts "
             f"(GSM8K near 0, most chat content null){marlin}"
         ),
-        fix=f"Use {_patched_hint(ctx)}, vLLM >= 0.32.0, or tensor instead of expert parallelism (expert: false)",
-        upstream=upstream,
+        fix=f"Use {_or(_patched_hint(ctx, rule.patch), '')}vLLM >= 0.32.0, or tensor instead of expert parallelism "
+        "(expert: false)",
+        upstream=rule.upstream,
     )
 
 
@@ -86,12 +105,20 @@ def _cutlass_rejects() -> frozenset[str]:
 
 
 def _layout_finding(
-    ctx: Context, rule_id: str, upstream: str, backend: str, *, patched: bool, batched: bool, marlin: bool
+    ctx: Context, rule: RuleInfo, backend: str, *, patched: bool, layout: str | None, marlin: bool
 ) -> Finding:
-    if batched:
+    """`layout`: "batched" or "padded" (activation formats neither MXFP4 experts take), or None (a layout the
+    experts that run reject)."""
+    unfit = layout is not None  # neither experts take it, so Marlin is no way out
+    if layout == "batched":
         why = (
             "this all-to-all layout uses the batched activation format, which neither the Cutlass nor the Marlin "
             "MXFP4 experts take"
+        )
+    elif layout == "padded":
+        why = (
+            "this all-to-all layout hands the experts padded rows (`moe-padded-all2all`), which neither the Cutlass "
+            "nor the Marlin MXFP4 experts take"
         )
     elif marlin:  # the switch moved the MoE to Marlin, which refuses this layout too (marlin-rejected-all2all)
         why = "neither the Cutlass nor the Marlin MXFP4 MoE experts take this all-to-all layout"
@@ -102,20 +129,21 @@ def _layout_finding(
         if patched
         else "the compressed-tensors MXFP4 method still picks them, so vLLM fails only after loading every weight"
     )
-    marlin_takes = not batched and backend not in facts.MARLIN_REJECTED_ALL2ALL.at(ctx.version)
+    marlin_takes = not unfit and backend not in facts.MARLIN_REJECTED_ALL2ALL.at(ctx.version)
+    hint = _patched_hint(ctx, rule.patch)
     marlin_fix = (
-        f", or engine.env {MOE_BACKEND_ENV}=marlin with {_patched_hint(ctx)} (the Marlin MXFP4 experts)"
-        if marlin_takes
+        f", or engine.env {MOE_BACKEND_ENV}=marlin with {hint} (the Marlin MXFP4 experts)"
+        if marlin_takes and hint
         else ""
     )
     return Finding(
-        rule=rule_id,
+        rule=rule.id,
         severity="error",
         field="spec.engine.all2allBackend",
         value=ctx.spec.engine.all2all_backend,
         problem=f"on {_version(ctx)} with expert and data parallelism, {why}; {outcome}",
         fix=f"Use all2allBackend auto (allgather_reducescatter){marlin_fix}",
-        upstream=upstream,
+        upstream=rule.upstream,
     )
 
 
@@ -138,53 +166,107 @@ def vllm_63170(ctx: Context, rule: RuleInfo) -> list[Finding]:
         try:
             sizes = parse_partition(env, model.layers, pp)
         except ValueError as err:
-            return [_partition_finding(ctx, rule.upstream, env, f"{PP_ENV} {err}", rule.id)]
+            return [_partition_finding(ctx, rule, env, f"{PP_ENV} {err}")]
         how = f"the split {','.join(map(str, sizes))}"
     else:
         sizes = vllm_default_split(model.layers, pp)
         how = f"vLLM's default split {','.join(map(str, sizes))}"
     affected = affected_layers(sizes, computes)
-    if not affected or ctx.has_patch(rule.patch):
+    if not affected or ctx.has_patch(rule.patch) or _topk_sent(ctx, checked_only=True):
         return []
     problem = (
         f"{how} starts pipeline stages on top-k reuse layers, so layers {format_layers(affected)} of "
         f"{model.name} read stale sparse-attention indices (copy errors, loops)"
     )
-    return [_partition_finding(ctx, rule.upstream, env, problem, rule.id)]
+    if _topk_sent(ctx, checked_only=False):
+        return [_unchecked_topk_warning(ctx, rule, how, affected)]
+    return [_partition_finding(ctx, rule, env, problem)]
 
 
-def _partition_finding(ctx: Context, upstream: str, env: str | None, problem: str, rule_id: str) -> Finding:
+def _topk_sent(ctx: Context, *, checked_only: bool) -> bool:
+    """Whether vLLM hands the top-k across stages itself (`dsa-pp-topk-sent`) on this platform: in a checked
+    version, or (checked_only=False) in an unchecked one newer than every checked version, judged by the newest."""
+    images = ctx.catalogs.images
+    if ctx.version is None:
+        return False
+    if str(ctx.version) in images.versions:
+        return ctx.platform in facts.DSA_PP_TOPK_SENT.at(ctx.version)
+    newest = images.newest_version()
+    return not checked_only and ctx.version > newest and ctx.platform in facts.DSA_PP_TOPK_SENT.at(newest)
+
+
+def _topk_fixed_in(ctx: Context) -> str | None:
+    """The newest checked vLLM version, when it hands the top-k across stages itself on this platform."""
+    newest = ctx.catalogs.images.newest_version()
+    return str(newest) if ctx.platform in facts.DSA_PP_TOPK_SENT.at(newest) else None
+
+
+def _unchecked_topk_warning(ctx: Context, rule: RuleInfo, how: str, affected: list[int]) -> Finding:
+    assert ctx.model is not None and ctx.version is not None
+    model, newest = ctx.model.model, ctx.catalogs.images.newest_version()
+    good = balanced_partition(model.layers, ctx.spec.parallelism.pipeline, model.computes_topk)
+    split = f" or set {PP_ENV}={','.join(map(str, good))}, which is safe on any version" if good else ""
+    return Finding(
+        rule=rule.id,
+        severity="warning",
+        field="spec.engine.image",
+        value=ctx.spec.engine.image or str(ctx.version),
+        problem=(
+            f"{how} starts pipeline stages on top-k reuse layers (layers {format_layers(affected)} of {model.name}); "
+            f"glmops has not read vLLM {ctx.version}'s source, and judges it by vLLM {newest}, the newest version it "
+            f"has checked, which hands the top-k indices across pipeline stages itself on {ctx.platform.upper()} "
+            f"(fact dsa-pp-topk-sent: {facts.DSA_PP_TOPK_SENT.where[str(newest)]}); whether {ctx.version} still "
+            "does is not known, so this is not refused"
+        ),
+        fix=f'Prefer vLLM {newest} (spec.engine.vllmVersion: "{newest}" without spec.engine.image){split}',
+        upstream=rule.upstream,
+    )
+
+
+def _partition_finding(ctx: Context, rule: RuleInfo, env: str | None, problem: str) -> Finding:
     assert ctx.model is not None
     model, pp = ctx.model.model, ctx.spec.parallelism.pipeline
     good = balanced_partition(model.layers, pp, model.computes_topk)
     user_set = ctx.env_is_users(PP_ENV)
     field = ctx.env_field(PP_ENV) if env is not None else "spec.parallelism.pipeline"
     value = env if env is not None else str(pp)
+    fixed_in = _topk_fixed_in(ctx)
+    others = [
+        h
+        for h in (
+            _patched_hint(ctx, rule.patch),
+            f'vLLM {fixed_in} (spec.engine.vllmVersion: "{fixed_in}" without spec.engine.image), which hands the '
+            "top-k across stages itself"
+            if fixed_in and fixed_in != str(ctx.version)
+            else None,
+        )
+        if h
+    ]
     if good is None:
         return Finding(
-            rule=rule_id,
+            rule=rule.id,
             severity="error",
             field=field,
             value=value,
             problem=problem,
             fix=(
                 f"No split of {model.layers} layers into {pp} stages starts every stage on a computing "
-                f"layer: use fewer pipeline stages or {_patched_hint(ctx)}"
+                f"layer: use fewer pipeline stages{''.join(f' or {h}' for h in others)}"
             ),
-            upstream=upstream,
+            upstream=rule.upstream,
         )
     split = ",".join(map(str, good))
     return Finding(
-        rule=rule_id,
+        rule=rule.id,
         severity="error",
         field=field,
         value=value,
         problem=problem,
         fix=(
-            f"Set {PP_ENV}={split} (the most balanced split starting every stage on a computing layer) "
-            f"or use {_patched_hint(ctx)}"
+            f"Set {PP_ENV}={split} (the most balanced split starting every stage on a computing layer)"
+            f"{''.join(f' or use {h}' for h in others)}"
         ),
-        upstream=upstream,
+        upstream=rule.upstream,
         changes=(Change("spec.engine.env", split, env_name=PP_ENV),),
         blocked_by=(field,) if user_set else (),
     )
@@ -224,7 +306,7 @@ def vllm_52833(ctx: Context, rule: RuleInfo) -> list[Finding]:
             ),
             fix=(
                 f"Set {facts.AITER_FP4BMM}=0 and {facts.AITER_FP8BMM}=0 (both: with FP4 off the FP8 BMM takes "
-                f"over), or use {_patched_hint(ctx)} without switching either on"
+                f"over){_or(_patched_hint(ctx, rule.patch), ', or use ', ' without switching either on')}"
             ),
             upstream=rule.upstream,
             changes=tuple(Change("spec.engine.env", "0", env_name=n) for n in switched_on),
@@ -273,8 +355,9 @@ VLLM_58729 = RuleInfo(
         "0.26.0-0.31.x: compressed-tensors W4A4 MXFP4 checkpoint, SM100-family GPU, expert parallelism "
         "with TP x DP > 1 (--moe-backend marlin does not avoid it). Every version, with expert and data "
         "parallelism: the DeepEP high-throughput and FlashInfer NVLink all-to-all layouts, which the Cutlass "
-        "MXFP4 experts cannot take, and the batched layouts of DeepEP low-latency and nixl_ep, which neither "
-        "the Cutlass nor the Marlin MXFP4 experts take (0.32.0+ fails only after loading every weight)."
+        "MXFP4 experts cannot take, and the batched layouts of DeepEP low-latency and nixl_ep (from 0.34.0 also "
+        "DeepEP v2's padded rows), which neither the Cutlass nor the Marlin MXFP4 experts take (0.32.0+ fails only "
+        "after loading every weight)."
     ),
     patch="moe-mxfp4-expert-map",
     remedy=(
@@ -290,7 +373,8 @@ VLLM_58729 = RuleInfo(
         "image is stock and `run_cutlass_moe_mxfp4` ignores expert_map (`cutlass-mxfp4-remaps`: below 0.32.0, "
         "or an unknown version). Otherwise, only when all-to-all kernels are built (data > 1, "
         "`moe-all2all-kernels`, `moe-sequence-parallel`), refuse `spec.engine.all2allBackend` (auto and "
-        "`all2all-rewritten` names resolved as vLLM does) when it is batched (`moe-batched-all2all`) or rejected "
+        "`all2all-rewritten` names resolved as vLLM does) when it is batched (`moe-batched-all2all`) or padded "
+        "(`moe-padded-all2all`) or rejected "
         "by the experts that run: Cutlass (`cutlass-mxfp4-rejected-all2all` of the newest version, which the "
         "patch also enforces) or, on the patched image with GLMOPS_MOE_MXFP4_BACKEND=marlin, Marlin "
         "(`marlin-rejected-all2all`). `ct-mxfp4-moe-backends-read`: --moe-backend marlin changes nothing."
@@ -302,6 +386,7 @@ VLLM_58729 = RuleInfo(
         "all2all-default",
         "all2all-rewritten",
         "moe-batched-all2all",
+        "moe-padded-all2all",
         "cutlass-mxfp4-remaps",
         "cutlass-mxfp4-rejected-all2all",
         "marlin-rejected-all2all",
@@ -316,26 +401,28 @@ VLLM_63170 = RuleInfo(
     title="GLM-5.x sparse attention under pipeline parallelism reads stale top-k indices",
     upstream="https://github.com/vllm-project/vllm/issues/63170",
     affected=(
-        "Every supported version (still present in 0.33.0): GlmMoeDsaForCausalLM with index_topk_freq > 1, "
-        "pipeline > 1, a stage starting on a top-k reuse layer."
+        "Every supported version below 0.34.0 (0.34.0 hands the top-k indices across pipeline stages itself on "
+        "CUDA and ROCm): GlmMoeDsaForCausalLM with index_topk_freq > 1, pipeline > 1, a stage starting on a top-k "
+        "reuse layer."
     ),
     patch="dsa-pp-topk-handoff",
     remedy=(
         "VLLM_PP_LAYER_PARTITION with every stage starting on a computing layer (Auto sets the most "
-        "balanced one, e.g. 38,40 for PP2 and 18,20,20,20 for PP4 on 78 layers), or glmops' patched image."
+        "balanced one, e.g. 38,40 for PP2 and 18,20,20,20 for PP4 on 78 layers), glmops' patched image (below "
+        "0.34.0), or vLLM >= 0.34.0."
     ),
-    remove_when=(
-        "vLLM hands the top-k indices across pipeline stages (draft fix PR #59961) in every supported version."
-    ),
+    remove_when="The oldest supported vLLM version is 0.34.0 (`dsa-pp-topk-sent` on CUDA and ROCm).",
     condition=(
-        "architecture GlmMoeDsaForCausalLM and pipeline > 1 and the image lacks the patch and the split "
+        "architecture GlmMoeDsaForCausalLM and pipeline > 1 and the image lacks the patch and vLLM does not hand "
+        "the top-k across stages on this platform (`dsa-pp-topk-sent`; a version glmops has not checked that is "
+        "newer than every checked one is judged by the newest, and warned on rather than refused) and the split "
         "(VLLM_PP_LAYER_PARTITION, else vLLM's default split, `pp-default-split`) starts a stage after the first "
         "on a layer that reuses top-k indices (`dsa-topk-reuse` with the checkpoint's index_topk_freq and "
         "index_skip_topk_offset). A VLLM_PP_LAYER_PARTITION that vLLM would refuse (entry count, sum, not "
         "integers) or that gives a stage fewer than one layer (vLLM does not refuse it at start: it fails "
         "later) is refused too."
     ),
-    facts=("pp-default-split", "dsa-topk-reuse"),
+    facts=("pp-default-split", "dsa-topk-reuse", "dsa-pp-topk-sent"),
     check=vllm_63170,
 )
 
@@ -356,7 +443,8 @@ VLLM_52833 = RuleInfo(
     patch="rocm-mla-bf16-bmm",
     remedy=(
         "VLLM_ROCM_USE_AITER_FP4BMM=0 and VLLM_ROCM_USE_AITER_FP8BMM=0 (both: with FP4 off the FP8 BMM takes "
-        "over), or glmops' patched ROCm image (below 0.33.0) without switching either on."
+        "over), or glmops' patched ROCm image (below 0.33.0; offered only where the catalog builds it with the "
+        "patch) without switching either on."
     ),
     remove_when="The oldest supported vLLM version is 0.33.0 (both switches default off there).",
     condition=(

@@ -22,6 +22,7 @@ FAULTS = ("none", "garbled", "null-content", "stale-topk", "mtp-zero", "repeat")
 V0_27_1 = Version.parse("0.27.1")
 V0_32 = Version.parse("0.32.0")
 V0_33 = Version.parse("0.33.0")
+V0_34 = Version.parse("0.34.0")
 MXFP4_W4A4 = "compressed-tensors-mxfp4-w4a4"
 MXFP4_PATCH = "moe-mxfp4-expert-map"
 MXFP4_PATCH_BACKEND = "GLMOPS_MOE_MXFP4_BACKEND"
@@ -39,6 +40,9 @@ LAYOUTS = {
     "deepep_low_latency": "batched",  # per-expert token batches (BatchedExperts activation format)
     "nixl_ep": "batched",
 }
+# From 0.34.0 FusedMoEConfig.activation_format gives DeepEP v2 padded rows (PaddedStandard), which standard-format
+# experts (the CUTLASS MXFP4 and Marlin ones) do not take.
+LAYOUTS_FROM_0_34 = {**LAYOUTS, "deepep_v2": "padded"}
 
 
 @dataclass(frozen=True)
@@ -80,13 +84,14 @@ MXFP4_EP_SM100: dict[str, dict[str | None, Outcome]] = {
             Outcome(error=f"{_CUTLASS_REFUSES} parallel config (all2all_backend='{{backend}}', use_ep=True)."),
         ),
         "batched": Outcome(error=f"{_CUTLASS_REFUSES} ('batched_experts',) activation format."),
+        "padded": Outcome(error=f"{_CUTLASS_REFUSES} ('padded_standard',) activation format."),
     },
     # glmops' patch refuses at model construction what the experts it runs cannot take.
     "patched, cutlass": {
         None: SERVES,
-        **dict.fromkeys(("deepep-ht", "fi-two-sided", "fi-one-sided", "batched"), PATCH_REFUSES),
+        **dict.fromkeys(("deepep-ht", "fi-two-sided", "fi-one-sided", "batched", "padded"), PATCH_REFUSES),
     },
-    "patched, marlin": {None: SERVES, **dict.fromkeys(("fi-two-sided", "batched"), PATCH_REFUSES)},
+    "patched, marlin": {None: SERVES, **dict.fromkeys(("fi-two-sided", "batched", "padded"), PATCH_REFUSES)},
     # 0.26.0's MarlinExperts refuse the one-sided layout too (marlin_moe.py:658), so the patch refuses it as well.
     "patched, marlin < 0.27.1": {
         None: SERVES,
@@ -163,6 +168,13 @@ class Resolved:
         return self.launch.expert and self.launch.tensor * self.launch.data > 1
 
     @property
+    def layout(self) -> str | None:
+        """The token layout of the all-to-all kernels vLLM builds, as the MXFP4 experts see it (None: one they take,
+        or no all-to-all kernels)."""
+        layouts = LAYOUTS_FROM_0_34 if self.version >= V0_34 else LAYOUTS
+        return layouts.get(self.all2all_kernels or "")
+
+    @property
     def all2all_kernels(self) -> str | None:
         """The backend whose all-to-all kernels vLLM builds, or None (EP across tensor ranks only needs none)."""
         if not (self.use_ep and self.launch.data > 1):
@@ -199,10 +211,13 @@ def mxfp4_marlin_under_ep(r: Resolved) -> Outcome | None:
     version and with or without glmops' patch (which only steps in where CUTLASS was picked)."""
     if not (r.model and r.model.format == MXFP4_W4A4 and r.gpu and r.gpu.platform == "cuda"):
         return None
-    layout = LAYOUTS.get(r.all2all_kernels or "")
-    if r.gpu.arch_family == "sm100" or layout not in ("batched", *marlin_refused_layouts(r.version)):
+    layout = r.layout
+    if r.gpu.arch_family == "sm100" or layout not in ("batched", "padded", *marlin_refused_layouts(r.version)):
         return None
-    why = "('batched_experts',) activation format" if layout == "batched" else "parallel config"
+    why = {
+        "batched": "('batched_experts',) activation format",
+        "padded": "('padded_standard',) activation format",
+    }.get(layout or "", "parallel config")
     return Outcome(
         error=f"ValueError: MarlinExperts does not support this MoE deployment since kernel does not "
         f"support {why} (all2all_backend='{r.all2all_kernels}')"
@@ -220,7 +235,7 @@ def mxfp4_experts_under_ep(r: Resolved) -> Outcome | None:
     else:
         row = MXFP4_EP_SM100["stock < 0.32" if r.version < V0_32 else "stock >= 0.32"]
     backend = r.all2all_kernels
-    outcome = row.get(LAYOUTS.get(backend or ""), row[None])
+    outcome = row.get(r.layout, row[None])
     if outcome.error:
         return Outcome(error=outcome.error.format(backend=backend))
     return outcome
@@ -238,9 +253,13 @@ def pp_layer_split(layers: int, pp: int, partition: str | None) -> list[int]:
 
 
 def stale_topk(r: Resolved) -> Outcome | None:
-    """vllm-63170: a pipeline stage that starts on a top-k reuse layer reads stale indices."""
+    """vllm-63170: a pipeline stage that starts on a top-k reuse layer reads stale indices, until 0.34.0's CUDA and
+    ROCm DSA modules send the top-k with the hidden states (models/deepseek_v32/{nvidia,amd}/model.py
+    pp_topk_buffers)."""
     model, pp = r.model, r.launch.pipeline
     if not model or model.index_topk_freq == 1 or pp == 1 or TOPK_PATCH in r.launch.patches:
+        return None
+    if r.version >= V0_34 and r.gpu and r.gpu.platform in ("cuda", "rocm"):
         return None
     sizes = pp_layer_split(model.layers, pp, r.launch.env.get("VLLM_PP_LAYER_PARTITION"))
     starts = [sum(sizes[:stage]) for stage in range(1, pp)]
