@@ -8,7 +8,7 @@ from pathlib import Path
 
 from glm_operator import __version__
 from glm_operator.api.crd import render_crd_yaml, render_image_crd_yaml
-from glm_operator.catalog.images import load_images
+from glm_operator.catalog.images import VERSIONS_PATH, load_images, render_versions_yaml
 from glm_operator.render.alerts import RULE_TEMPLATE, RULES_FILE, render_prometheus_rule_template, render_rules_file
 from glm_operator.render.chart_schema import render_values_schema, values_table
 from glm_operator.render.dockerfile import BAKE_FILE, dockerfile_path, render_bake, render_dockerfile
@@ -94,6 +94,13 @@ def _patches_md(root: Path) -> str:
     return render_registry_md() + render_proof_md(results, [w for w in wheels if w], partial)
 
 
+def _versions_yaml(_root: Path) -> str:
+    # The plugin cannot be imported by the operator at run time; its list is copied into the catalog's data here.
+    from glmops_vllm_patches.version import PROVEN_VERSIONS
+
+    return render_versions_yaml(PROVEN_VERSIONS)
+
+
 def _chart_readme_head() -> str:
     """The README's fixed part, naming this version's chart package and OCI tag."""
     return _CHART_README_HEAD.replace("@VERSION@", __version__)
@@ -116,6 +123,7 @@ GENERATED: dict[Path, Callable[[Path], str]] = {
     Path("docs/patches.md"): _patches_md,
     Path(dockerfile_path("cuda")): lambda _root: render_dockerfile("cuda"),
     Path(dockerfile_path("rocm")): lambda _root: render_dockerfile("rocm"),
+    Path(VERSIONS_PATH): _versions_yaml,
     Path(BAKE_FILE): lambda _root: render_bake(load_images()),
 }
 
