@@ -111,6 +111,7 @@ def _values(root: Path) -> str:
 
 
 GENERATED: dict[Path, Callable[[Path], str]] = {
+    Path(VERSIONS_PATH): _versions_yaml,  # first: everything below reads the catalog, which reads this file
     Path("crds/glmops.dev_glmdeployments.yaml"): lambda _root: render_crd_yaml(),
     CHART / "crds/glmops.dev_glmdeployments.yaml": lambda _root: render_crd_yaml(),
     Path("crds/glmops.dev_glmimages.yaml"): lambda _root: render_image_crd_yaml(),
@@ -123,7 +124,6 @@ GENERATED: dict[Path, Callable[[Path], str]] = {
     Path("docs/patches.md"): _patches_md,
     Path(dockerfile_path("cuda")): lambda _root: render_dockerfile("cuda"),
     Path(dockerfile_path("rocm")): lambda _root: render_dockerfile("rocm"),
-    Path(VERSIONS_PATH): _versions_yaml,
     Path(BAKE_FILE): lambda _root: render_bake(load_images()),
 }
 
@@ -142,4 +142,6 @@ def write_all(root: Path) -> list[Path]:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
             written.append(path)
+            if path == Path(VERSIONS_PATH):
+                load_images.cache_clear()  # the files below are generated from the new list, in this same run
     return written
