@@ -3,6 +3,8 @@
 The sources are the PyPI wheels unpacked by `hack/vllm-sources.sh` (`make test` fetches them first);
 `GLMOPS_VLLM_SRC` points elsewhere. `GLMOPS_VLLM_SRC_AS=0.33.0=0.32.0` reads one version's source in place of
 another's: the way to see these tests fail where a fact moved (a new version is checked the same way).
+Where each fact is stated is data (catalog/data/vllm-fact-locations.yaml, written by
+`python -m tests.vllm_source.locate`); its values are hand-written in vllm_facts.py. Both are checked here.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from glm_operator.catalog.images import load_images
 from glm_operator.catalog.models import load_models
 from glm_operator.catalog.versions import Version
 from glm_operator.rules.partition import vllm_default_split
-from tests.vllm_source import extract
+from tests.vllm_source import extract, locate
 from tests.vllm_source.extract import Source
 
 VERSIONS = load_images().versions
@@ -85,8 +87,29 @@ def _dsa_defaults(src: Source) -> tuple[Any, str]:
 def test_every_fact_has_a_reader_and_a_location_for_every_supported_version() -> None:
     assert set(READERS) == set(FACTS)
     for fact in facts.FACTS:
-        assert set(fact.where) == set(VERSIONS), f"{fact.id}: locations for {sorted(fact.where)}, catalog {VERSIONS}"
+        assert set(fact.where) == set(VERSIONS), (
+            f"{fact.id}: locations for {sorted(fact.where)}, catalog {VERSIONS} (run {locate.COMMAND})"
+        )
         assert fact.since[0][0] == min(VERSIONS, key=Version.parse), f"{fact.id} does not start at the oldest version"
+    assert set(facts.fact_locations()) == set(FACTS), f"{locate.LOCATIONS_PATH.name} is stale: run {locate.COMMAND}"
+
+
+def test_the_locations_file_is_where_every_version_states_each_fact() -> None:
+    """vllm-fact-locations.yaml, as committed, is exactly what locate writes from the source of every version."""
+    try:
+        found = locate.locate(READERS, VERSIONS, source)
+    except locate.LocateError as err:
+        pytest.fail(f"{err} (so {locate.COMMAND} cannot write it either)")
+    recorded = facts.fact_locations()
+    moved = [
+        f"{fact_id} in vLLM {version}: now at {where!r}, recorded {recorded.get(fact_id, {}).get(version)!r}"
+        for fact_id, per_version in found.items()
+        for version, where in per_version.items()
+        if recorded.get(fact_id, {}).get(version) != where
+    ]
+    assert not moved, "\n".join([*moved, f"run {locate.COMMAND} to record where they are now"])
+    committed = locate.LOCATIONS_PATH.read_text()
+    assert committed == locate.render(found), f"{locate.LOCATIONS_PATH.name} is not as written: run {locate.COMMAND}"
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -97,9 +120,6 @@ def test_fact_holds_in_the_source_of(fact_id: str, version: str) -> None:
     expected = fact.at(Version.parse(version))
     assert value == expected, (
         f"{fact_id} in vLLM {version} ({where}): source says {value!r}, glmops records {expected!r}"
-    )
-    assert where == fact.where[version], (
-        f"{fact_id} in vLLM {version}: now at {where!r}, recorded {fact.where[version]!r}"
     )
 
 
@@ -141,3 +161,23 @@ def test_switch_parsing_matches_vllm_on_the_spellings_users_write() -> None:
         assert facts.switch_is_on(value, default=True) is on, value
     assert facts.switch_is_on(None, default=True) is True
     assert facts.switch_is_on(None, default=False) is False
+
+
+def test_locate_names_the_version_whose_source_is_missing(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
+    monkeypatch.setenv("GLMOPS_VLLM_SRC", str(tmp_path))
+    before = locate.LOCATIONS_PATH.read_text()
+    assert locate.main() == 1
+    assert f"vLLM {VERSIONS[0]}: no source in {tmp_path}" in capsys.readouterr().err
+    assert locate.LOCATIONS_PATH.read_text() == before
+
+
+def test_locate_names_the_fact_a_reader_cannot_read(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
+    for version in VERSIONS:  # a source that exists but states nothing: the first reader fails, nothing is skipped
+        (tmp_path / version / "vllm").mkdir(parents=True)
+        (tmp_path / version / ".complete").touch()
+    monkeypatch.setenv("GLMOPS_VLLM_SRC", str(tmp_path))
+    before = locate.LOCATIONS_PATH.read_text()
+    assert locate.main() == 1
+    first = next(iter(READERS))
+    assert f"{first} in vLLM {VERSIONS[0]}: LookupError" in capsys.readouterr().err
+    assert locate.LOCATIONS_PATH.read_text() == before

@@ -3,16 +3,33 @@
 Every fact here is read back from the real source of every version in the image catalog by
 `tests/vllm_source/` (the PyPI wheels, unpacked by `hack/vllm-sources.sh`): a version added to the catalog
 fails those tests until each fact has been checked for it, and a fact that moved fails where it moved.
-`where` gives, per version, `file:line` relative to the `vllm/` package; `docs/rules.md` prints them.
+`where` gives, per version, `file:line` relative to the `vllm/` package, read from
+`data/vllm-fact-locations.yaml` (written from the source by `python -m tests.vllm_source.locate`; only the
+values are written here by hand); `docs/rules.md` prints them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from typing import Generic, TypeVar
 
+import yaml
+
 from glm_operator.catalog.versions import Version
+
+LOCATIONS_FILE = "vllm-fact-locations.yaml"
+
+
+@cache
+def fact_locations() -> Mapping[str, Mapping[str, str]]:
+    """Fact id -> version -> where, as `python -m tests.vllm_source.locate` read it from each version's source."""
+    text = resources.files("glm_operator.catalog").joinpath("data", LOCATIONS_FILE).read_text()
+    raw = yaml.safe_load(text)["facts"]
+    return {fact_id: {str(v): str(w) for v, w in per_version.items()} for fact_id, per_version in raw.items()}
+
 
 T = TypeVar("T", covariant=True)
 
@@ -24,7 +41,11 @@ class Fact(Generic[T]):
     id: str
     claim: str
     since: tuple[tuple[str, T], ...]  # (first version it holds in, value), oldest first
-    where: Mapping[str, str]  # version -> "file:line[, file:line]" (relative to the vllm package)
+
+    @property
+    def where(self) -> Mapping[str, str]:
+        """Version -> "file:line[, file:line]" (relative to the vllm package), from vllm-fact-locations.yaml."""
+        return fact_locations()[self.id]
 
     def at(self, version: Version | None) -> T:
         """The value in `version`: the newest range starting at or before it (the oldest for older versions,
@@ -67,57 +88,21 @@ ALL2ALL_BACKENDS = Fact(
         ("0.32.0", _with(_A2A, "moonep", "passthrough")),
         ("0.34.0", _with(_A2A, "moonep", "passthrough", "mori")),
     ),
-    where={
-        "0.26.0": "config/parallel.py:40",
-        "0.27.1": "config/parallel.py:42",
-        "0.30.0": "config/parallel.py:42",
-        "0.31.0": "config/parallel.py:44",
-        "0.32.0": "config/parallel.py:44",
-        "0.33.0": "config/parallel.py:45",
-        "0.34.0": "config/parallel.py:45",
-    },
 )
 ALL2ALL_CLI_REMOVED = Fact(
     id="all2all-cli-removed",
     claim="Literal names the command line removes from `--all2all-backend`'s choices (set by vLLM itself).",
     since=(("0.26.0", frozenset[str]()), ("0.32.0", frozenset({"passthrough"}))),
-    where={
-        "0.26.0": "engine/arg_utils.py (no removal)",
-        "0.27.1": "engine/arg_utils.py (no removal)",
-        "0.30.0": "engine/arg_utils.py (no removal)",
-        "0.31.0": "engine/arg_utils.py (no removal)",
-        "0.32.0": "engine/arg_utils.py:1127",
-        "0.33.0": "engine/arg_utils.py:1159",
-        "0.34.0": "engine/arg_utils.py:1174",
-    },
 )
 ALL2ALL_REWRITTEN = Fact(
     id="all2all-rewritten",
     claim="All-to-all backends vLLM replaces by `allgather_reducescatter` with a warning.",
     since=(("0.26.0", frozenset({"pplx", "naive"})),),
-    where={
-        "0.26.0": "config/parallel.py:448",
-        "0.27.1": "config/parallel.py:467",
-        "0.30.0": "config/parallel.py:501",
-        "0.31.0": "config/parallel.py:507",
-        "0.32.0": "config/parallel.py:533",
-        "0.33.0": "config/parallel.py:537",
-        "0.34.0": "config/parallel.py:575",
-    },
 )
 ALL2ALL_DEFAULT = Fact(
     id="all2all-default",
     claim="The all-to-all backend when none is given (`ParallelConfig.all2all_backend`).",
     since=(("0.26.0", "allgather_reducescatter"),),
-    where={
-        "0.26.0": "config/parallel.py:186",
-        "0.27.1": "config/parallel.py:188",
-        "0.30.0": "config/parallel.py:197",
-        "0.31.0": "config/parallel.py:202",
-        "0.32.0": "config/parallel.py:219",
-        "0.33.0": "config/parallel.py:220",
-        "0.34.0": "config/parallel.py:229",
-    },
 )
 
 _MOE = frozenset(
@@ -160,15 +145,6 @@ MOE_BACKENDS = Fact(
         ("0.32.0", _MOE_032),
         ("0.33.0", _with(_MOE_032, "aiter_triton_mxfp4_mxfp4")),
     ),
-    where={
-        "0.26.0": "config/kernel.py:122",
-        "0.27.1": "config/kernel.py:122",
-        "0.30.0": "config/kernel.py:125",
-        "0.31.0": "config/kernel.py:118",
-        "0.32.0": "config/kernel.py:122",
-        "0.33.0": "config/kernel.py:122",
-        "0.34.0": "config/kernel.py:122",
-    },
 )
 
 _KV = frozenset(
@@ -201,15 +177,6 @@ KV_CACHE_DTYPES = Fact(
         ("0.32.0", _with(_KV_030, "ultraquant_4bit")),
         ("0.33.0", _with(_KV_030, "ultraquant_4bit", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact")),
     ),
-    where={
-        "0.26.0": "config/cache.py:19",
-        "0.27.1": "config/cache.py:19",
-        "0.30.0": "config/cache.py:39",
-        "0.31.0": "config/cache.py:39",
-        "0.32.0": "config/cache.py:39",
-        "0.33.0": "config/cache.py:44",
-        "0.34.0": "config/cache.py:44",
-    },
 )
 
 # --- Expert parallelism and the MoE all-to-all (vllm-58729) -------------------------------------------------------
@@ -222,15 +189,6 @@ MOE_USE_EP = Fact(
         "tensor parallel > 1; otherwise the flag is silently ignored (`FusedMoEParallelConfig.make`)."
     ),
     since=(("0.26.0", "dp_size_ * pcp_size_ * tp_size_ > 1 and vllm_parallel_config.enable_expert_parallel"),),
-    where={
-        "0.26.0": f"{_FUSED_CONFIG}:1204",
-        "0.27.1": f"{_FUSED_CONFIG}:1204",
-        "0.30.0": f"{_FUSED_CONFIG}:1212",
-        "0.31.0": f"{_FUSED_CONFIG}:1182",
-        "0.32.0": f"{_FUSED_CONFIG}:1189",
-        "0.33.0": f"{_FUSED_CONFIG}:1198",
-        "0.34.0": f"{_FUSED_CONFIG}:1235",
-    },
 )
 MOE_ALL2ALL_KERNELS = Fact(
     id="moe-all2all-kernels",
@@ -240,15 +198,6 @@ MOE_ALL2ALL_KERNELS = Fact(
         "(`FusedMoEParallelConfig.use_all2all_kernels`)."
     ),
     since=(("0.26.0", "self.use_ep and (self.dp_size > 1 or self.pcp_size > 1 or self.is_sequence_parallel)"),),
-    where={
-        "0.26.0": f"{_FUSED_CONFIG}:1052",
-        "0.27.1": f"{_FUSED_CONFIG}:1052",
-        "0.30.0": f"{_FUSED_CONFIG}:1060",
-        "0.31.0": f"{_FUSED_CONFIG}:1025",
-        "0.32.0": f"{_FUSED_CONFIG}:1026",
-        "0.33.0": f"{_FUSED_CONFIG}:1035",
-        "0.34.0": f"{_FUSED_CONFIG}:1066",
-    },
 )
 MOE_SEQUENCE_PARALLEL_NEEDS = Fact(
     id="moe-sequence-parallel",
@@ -263,15 +212,6 @@ MOE_SEQUENCE_PARALLEL_NEEDS = Fact(
             frozenset({"self.enable_expert_parallel", "self.tensor_parallel_size > 1", "self.data_parallel_size > 1"}),
         ),
     ),
-    where={
-        "0.26.0": "config/parallel.py:654",
-        "0.27.1": "config/parallel.py:673",
-        "0.30.0": "config/parallel.py:715",
-        "0.31.0": "config/parallel.py:719",
-        "0.32.0": "config/parallel.py:764",
-        "0.33.0": "config/parallel.py:768",
-        "0.34.0": "config/parallel.py:859",
-    },
 )
 MOE_BATCHED_ALL2ALL = Fact(
     id="moe-batched-all2all",
@@ -281,15 +221,6 @@ MOE_BATCHED_ALL2ALL = Fact(
         "`FusedMoEConfig.activation_format`, where `deepep_v2` gets a padded standard layout instead)."
     ),
     since=(("0.26.0", frozenset({"deepep_low_latency", "nixl_ep"})),),
-    where={
-        "0.26.0": f"{_FUSED_CONFIG}:1083",
-        "0.27.1": f"{_FUSED_CONFIG}:1083",
-        "0.30.0": f"{_FUSED_CONFIG}:1091",
-        "0.31.0": f"{_FUSED_CONFIG}:1056",
-        "0.32.0": f"{_FUSED_CONFIG}:1057",
-        "0.33.0": f"{_FUSED_CONFIG}:1066",
-        "0.34.0": f"{_FUSED_CONFIG}:1468",
-    },
 )
 _NO_PADDED = f"{_FUSED_CONFIG} (no padded layout)"
 MOE_PADDED_ALL2ALL = Fact(
@@ -300,15 +231,6 @@ MOE_PADDED_ALL2ALL = Fact(
         "Cutlass MXFP4 and Marlin experts declare `Standard`, so vLLM refuses them after loading every weight."
     ),
     since=(("0.26.0", frozenset[str]()), ("0.34.0", frozenset({"deepep_v2"}))),
-    where={
-        "0.26.0": _NO_PADDED,
-        "0.27.1": _NO_PADDED,
-        "0.30.0": _NO_PADDED,
-        "0.31.0": _NO_PADDED,
-        "0.32.0": _NO_PADDED,
-        "0.33.0": _NO_PADDED,
-        "0.34.0": f"{_FUSED_CONFIG}:1481",
-    },
 )
 _CUTLASS = "model_executor/layers/fused_moe/experts/cutlass_moe.py"
 CUTLASS_MXFP4_REJECTED_ALL2ALL = Fact(
@@ -331,29 +253,11 @@ CUTLASS_MXFP4_REJECTED_ALL2ALL = Fact(
             ),
         ),
     ),
-    where={
-        "0.26.0": f"{_CUTLASS}:1031",
-        "0.27.1": f"{_CUTLASS}:1031",
-        "0.30.0": f"{_CUTLASS}:1039",
-        "0.31.0": f"{_CUTLASS}:1038",
-        "0.32.0": f"{_CUTLASS}:1057",
-        "0.33.0": f"{_CUTLASS}:1059",
-        "0.34.0": f"{_CUTLASS}:1084",
-    },
 )
 CUTLASS_MXFP4_REMAPS = Fact(
     id="cutlass-mxfp4-remaps",
     claim="`run_cutlass_moe_mxfp4` takes `expert_map` (remaps global expert ids to local slots).",
     since=(("0.26.0", False), ("0.32.0", True)),
-    where={
-        "0.26.0": f"{_CUTLASS}:809",
-        "0.27.1": f"{_CUTLASS}:809",
-        "0.30.0": f"{_CUTLASS}:816",
-        "0.31.0": f"{_CUTLASS}:815",
-        "0.32.0": f"{_CUTLASS}:831",
-        "0.33.0": f"{_CUTLASS}:833",
-        "0.34.0": f"{_CUTLASS}:841",
-    },
 )
 _MARLIN = "model_executor/layers/fused_moe/experts/marlin_moe.py"
 MARLIN_REJECTED_ALL2ALL = Fact(
@@ -366,29 +270,11 @@ MARLIN_REJECTED_ALL2ALL = Fact(
         ("0.26.0", frozenset({"flashinfer_nvlink_two_sided", "flashinfer_all2allv", "flashinfer_nvlink_one_sided"})),
         ("0.27.1", frozenset({"flashinfer_nvlink_two_sided", "flashinfer_all2allv"})),
     ),
-    where={
-        "0.26.0": f"{_MARLIN}:658",
-        "0.27.1": f"{_MARLIN}:673",
-        "0.30.0": f"{_MARLIN}:596",
-        "0.31.0": f"{_MARLIN}:624",
-        "0.32.0": f"{_MARLIN}:624",
-        "0.33.0": f"{_MARLIN}:629",
-        "0.34.0": f"{_MARLIN}:576",
-    },
 )
 MARLIN_NEEDS_CUDA = Fact(
     id="marlin-needs-cuda",
     claim="`MarlinExpertsBase._supports_current_device` requires CUDA (Marlin does not run on ROCm).",
     since=(("0.26.0", True),),
-    where={
-        "0.26.0": f"{_MARLIN}:610",
-        "0.27.1": f"{_MARLIN}:624",
-        "0.30.0": f"{_MARLIN}:559",
-        "0.31.0": f"{_MARLIN}:587",
-        "0.32.0": f"{_MARLIN}:587",
-        "0.33.0": f"{_MARLIN}:592",
-        "0.34.0": f"{_MARLIN}:539",
-    },
 )
 _CT_MXFP4 = (
     "model_executor/layers/quantization/compressed_tensors/compressed_tensors_moe/compressed_tensors_moe_w4a4_mxfp4.py"
@@ -400,15 +286,6 @@ CT_MXFP4_EXPERTS = Fact(
         "(CUDA SM100), XPU experts on XPU, and otherwise `MarlinExperts` (so ROCm gets Marlin)."
     ),
     since=(("0.26.0", ("CutlassExpertsMxfp4", "XPUExpertsMxFp4", "MarlinExperts")),),
-    where={
-        "0.26.0": f"{_CT_MXFP4}:45",
-        "0.27.1": f"{_CT_MXFP4}:45",
-        "0.30.0": f"{_CT_MXFP4}:47",
-        "0.31.0": f"{_CT_MXFP4}:48",
-        "0.32.0": f"{_CT_MXFP4}:53",
-        "0.33.0": f"{_CT_MXFP4}:53",
-        "0.34.0": f"{_CT_MXFP4}:57",
-    },
 )
 CT_MXFP4_MOE_BACKENDS_READ = Fact(
     id="ct-mxfp4-moe-backends-read",
@@ -421,15 +298,6 @@ CT_MXFP4_MOE_BACKENDS_READ = Fact(
         ("0.30.0", frozenset({"b12x"})),
         ("0.34.0", frozenset({"b12x", "deep_gemm"})),
     ),
-    where={
-        "0.26.0": f"{_CT_MXFP4}:45",
-        "0.27.1": f"{_CT_MXFP4}:45",
-        "0.30.0": f"{_CT_MXFP4}:47",
-        "0.31.0": f"{_CT_MXFP4}:48",
-        "0.32.0": f"{_CT_MXFP4}:53",
-        "0.33.0": f"{_CT_MXFP4}:53",
-        "0.34.0": f"{_CT_MXFP4}:57",
-    },
 )
 
 # --- ROCm AITER switches and the MLA BMM (vllm-52833) -------------------------------------------------------------
@@ -450,15 +318,6 @@ AITER_SWITCH_DEFAULTS = Fact(
         ("0.26.0", ((AITER, False), (AITER_FP4BMM, True), (AITER_FP8BMM, True))),
         ("0.33.0", ((AITER, False), (AITER_FP4BMM, False), (AITER_FP8BMM, False))),
     ),
-    where={
-        "0.26.0": "envs.py:1186, envs.py:1251, envs.py:1246",
-        "0.27.1": "envs.py:1192, envs.py:1263, envs.py:1258",
-        "0.30.0": "envs.py:1231, envs.py:1312, envs.py:1307",
-        "0.31.0": "envs.py:1263, envs.py:1359, envs.py:1354",
-        "0.32.0": "envs.py:1269, envs.py:1381, envs.py:1376",
-        "0.33.0": "envs.py:1267, envs.py:1374, envs.py:1369",
-        "0.34.0": "envs.py:1329, envs.py:1449, envs.py:1444",
-    },
 )
 AITER_BMM_NEEDS_MASTER = Fact(
     id="aiter-bmm-needs-master",
@@ -467,15 +326,6 @@ AITER_BMM_NEEDS_MASTER = Fact(
         "(`_AITER_ENABLED`); FP4 also requires CDNA 4 (gfx950)."
     ),
     since=(("0.26.0", True),),
-    where={
-        "0.26.0": "_aiter_ops.py:1757, _aiter_ops.py:1752",
-        "0.27.1": "_aiter_ops.py:1800, _aiter_ops.py:1795",
-        "0.30.0": "_aiter_ops.py:2089, _aiter_ops.py:2084",
-        "0.31.0": "_aiter_ops.py:2365, _aiter_ops.py:2360",
-        "0.32.0": "_aiter_ops.py:2397, _aiter_ops.py:2392",
-        "0.33.0": "_aiter_ops.py:2585, _aiter_ops.py:2580",
-        "0.34.0": "_aiter_ops.py:2608, _aiter_ops.py:2603",
-    },
 )
 MLA_FP4BMM_NEEDS_BF16 = Fact(
     id="mla-fp4bmm-needs-bf16",
@@ -485,15 +335,6 @@ MLA_FP4BMM_NEEDS_BF16 = Fact(
         "no dtype condition and takes over when FP4 is off."
     ),
     since=(("0.26.0", "self.kv_b_proj.weight.dtype == torch.bfloat16"),),
-    where={
-        "0.26.0": "model_executor/layers/attention/mla_attention.py:559",
-        "0.27.1": "model_executor/layers/attention/mla_attention.py:571",
-        "0.30.0": "model_executor/layers/attention/mla_attention.py:695",
-        "0.31.0": "model_executor/layers/attention/mla_attention.py:713",
-        "0.32.0": "model_executor/layers/attention/mla_attention.py:714",
-        "0.33.0": "model_executor/layers/attention/mla_attention.py:724",
-        "0.34.0": "model_executor/layers/attention/mla_attention.py:778",
-    },
 )
 
 # --- Pipeline parallelism and GLM-5.x sparse attention (vllm-63170) -----------------------------------------------
@@ -506,15 +347,6 @@ PP_DEFAULT_SPLIT = Fact(
         "refused at start-up)."
     ),
     since=(("0.26.0", frozenset({"count", "sum"})),),
-    where={
-        "0.26.0": "distributed/utils.py:127",
-        "0.27.1": "distributed/utils.py:127",
-        "0.30.0": "distributed/utils.py:127",
-        "0.31.0": "distributed/utils.py:128",
-        "0.32.0": "distributed/utils.py:126",
-        "0.33.0": "distributed/utils.py:198",
-        "0.34.0": "distributed/utils.py:211",
-    },
 )
 DSA_TOPK_REUSE = Fact(
     id="dsa-topk-reuse",
@@ -525,15 +357,6 @@ DSA_TOPK_REUSE = Fact(
         "`compute_skip_topk_layers`); this is `ModelInfo.computes_topk` negated."
     ),
     since=(("0.26.0", (1, 2)),),
-    where={
-        "0.26.0": "model_executor/models/deepseek_v2.py:1088, models/deepseek_v32/nvidia/attention.py:213",
-        "0.27.1": "model_executor/models/deepseek_v2.py:1104, models/deepseek_v32/attention.py:207",
-        "0.30.0": "model_executor/models/deepseek_v2.py:1147, models/deepseek_v32/attention.py:171",
-        "0.31.0": "model_executor/models/deepseek_v2.py:1150, models/deepseek_v32/attention.py:171",
-        "0.32.0": "model_executor/models/deepseek_v2.py:1151, models/deepseek_v32/attention.py:171",
-        "0.33.0": "model_executor/models/deepseek_v2.py:1151, models/deepseek_v32/attention.py:171",
-        "0.34.0": "model_executor/models/deepseek_v2.py:1151, model_executor/models/utils.py:1052",
-    },
 )
 
 _NO_TOPK_SENT = "models/deepseek_v32 (no top-k sent across stages)"
@@ -546,15 +369,6 @@ DSA_PP_TOPK_SENT = Fact(
         "generic module, which does not."
     ),
     since=(("0.26.0", frozenset[str]()), ("0.34.0", frozenset({"cuda", "rocm"}))),
-    where={
-        "0.26.0": _NO_TOPK_SENT,
-        "0.27.1": _NO_TOPK_SENT,
-        "0.30.0": _NO_TOPK_SENT,
-        "0.31.0": _NO_TOPK_SENT,
-        "0.32.0": _NO_TOPK_SENT,
-        "0.33.0": _NO_TOPK_SENT,
-        "0.34.0": "models/deepseek_v32/amd/model.py:191, models/deepseek_v32/nvidia/model.py:233",
-    },
 )
 
 # --- The HTTP server the canaries talk to -------------------------------------------------------------------------
@@ -566,15 +380,6 @@ HTTP_KEEP_ALIVE_S = Fact(
         "passed to uvicorn's `timeout_keep_alive`); the canary client drops its idle connections sooner."
     ),
     since=(("0.26.0", 5),),
-    where={
-        "0.26.0": "envs.py:1085",
-        "0.27.1": "envs.py:1091",
-        "0.30.0": "envs.py:1117",
-        "0.31.0": "envs.py:1137",
-        "0.32.0": "envs.py:1143",
-        "0.33.0": "envs.py:1135",
-        "0.34.0": "envs.py:1197",
-    },
 )
 
 # --- Speculative decoding ------------------------------------------------------------------------------------------
@@ -588,15 +393,6 @@ NGRAM_LOOKUP_DEFAULTS = Fact(
         "`NgramSpeculatorConfig.configure` and the base `SpeculatorConfig.configure`."
     ),
     since=(("0.26.0", (5, 5)),),
-    where={
-        "0.26.0": "config/speculative.py:739",
-        "0.27.1": "config/speculative.py:750",
-        "0.30.0": "config/speculative.py:1177",
-        "0.31.0": "config/speculative.py:1191",
-        "0.32.0": "config/speculative.py:1197",
-        "0.33.0": "config/speculative.py:1302",
-        "0.34.0": "v1/worker/gpu/spec_decode/ngram/config.py:21",
-    },
 )
 
 FACTS: tuple[Fact[object], ...] = (
