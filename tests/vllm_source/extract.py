@@ -532,3 +532,61 @@ def _sends_topk(src: Source, rel: str) -> int | None:
             handed_on = any(_text(c.func) == "IntermediateTensors" and f"{buffers}.items()" in _text(c) for c in calls)
             return node.lineno if copied and handed_on else None
     return None
+
+
+# --- Source lines the start-up refusals cite (glm_operator.rules.startup) ------------------------------------------
+
+
+def _one_line(lines: list[str], span: range, what: str, *needles: str) -> int:
+    found = [n for n in span if all(needle in lines[n - 1] for needle in needles)]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} lines {what} (with {', '.join(needles)}), expected one")
+    return found[0]
+
+
+def get_pp_indices_lines(src: Source) -> tuple[int, ...]:
+    """distributed/utils.py get_pp_indices: its def line, then the lines refusing an unparsable partition, a
+    wrong entry count and a wrong sum."""
+    rel = "distributed/utils.py"
+    func = src.function(rel, "get_pp_indices")
+    lines = (src.root / rel).read_text().splitlines()
+    span = range(func.lineno, (func.end_lineno or func.lineno) + 1)
+    return (
+        func.lineno,
+        _one_line(lines, span, "refusing an unparsable partition", "Invalid partition string"),
+        _one_line(lines, span, "refusing the entry count", "raise ValueError", "len(partitions)", "pp_size"),
+        _one_line(lines, span, "refusing the sum", "raise ValueError", "sum(partitions)", "num_hidden_layers"),
+    )
+
+
+def _kernel_raise(src: Source, function: str, message: str) -> tuple[int, ...]:
+    """config/kernel.py: the `raise ValueError` line of `function` whose next line says `message`; none where
+    the version has no such function."""
+    rel = "config/kernel.py"
+    try:
+        func = src.function(rel, function)
+    except LookupError:
+        if f"def {function}" in (src.root / rel).read_text():
+            raise  # defined, but not where it is looked for: the reader must follow it
+        return ()
+    lines = (src.root / rel).read_text().splitlines()
+    span = range(func.lineno, (func.end_lineno or func.lineno) + 1)
+    found = [n for n in span if "raise ValueError" in lines[n - 1] and message in lines[n]]
+    if len(found) != 1:
+        raise LookupError(f"{function}: {len(found)} refusals saying {message!r}, expected one")
+    return (found[0],)
+
+
+def moe_backend_model_line(src: Source) -> tuple[int, ...]:
+    return _kernel_raise(src, "validate_flashinfer_moe_ep_model", "only supported for DeepSeek-V4")
+
+
+def moe_backend_all2all_line(src: Source) -> tuple[int, ...]:
+    return _kernel_raise(src, "bind_passthrough_all2all_backend", "dispatches and combines itself")
+
+
+LINE_READERS: dict[str, Callable[[Source], tuple[int, ...]]] = {
+    "get-pp-indices": get_pp_indices_lines,
+    "moe-backend-model": moe_backend_model_line,
+    "moe-backend-all2all": moe_backend_all2all_line,
+}

@@ -95,7 +95,8 @@ def test_every_fact_has_a_reader_and_a_location_for_every_supported_version() ->
 
 
 def test_the_locations_file_is_where_every_version_states_each_fact() -> None:
-    """vllm-fact-locations.yaml, as committed, is exactly what locate writes from the source of every version."""
+    """vllm-fact-locations.yaml, as committed, is exactly what locate writes from the source of every version:
+    where each fact is stated, and the lines the start-up refusals cite."""
     try:
         found = locate.locate(READERS, VERSIONS, source)
     except locate.LocateError as err:
@@ -107,9 +108,21 @@ def test_the_locations_file_is_where_every_version_states_each_fact() -> None:
         for version, where in per_version.items()
         if recorded.get(fact_id, {}).get(version) != where
     ]
+    try:
+        lines = locate.locate_lines(extract.LINE_READERS, VERSIONS, source)
+    except locate.LocateError as err:
+        pytest.fail(f"{err} (so {locate.COMMAND} cannot write it either)")
+    moved += [
+        f"lines {name} in vLLM {version}: now {list(at)}, recorded {list(facts.source_lines(name).get(version, ()))}"
+        for name, per_version in lines.items()
+        for version, at in per_version.items()
+        if facts.source_lines(name).get(version) != at
+    ]
     assert not moved, "\n".join([*moved, f"run {locate.COMMAND} to record where they are now"])
     committed = locate.LOCATIONS_PATH.read_text()
-    assert committed == locate.render(found), f"{locate.LOCATIONS_PATH.name} is not as written: run {locate.COMMAND}"
+    assert committed == locate.render(found, lines), (
+        f"{locate.LOCATIONS_PATH.name} is not as written: run {locate.COMMAND}"
+    )
 
 
 @pytest.mark.parametrize("version", VERSIONS)

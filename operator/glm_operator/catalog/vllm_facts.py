@@ -31,6 +31,15 @@ def fact_locations() -> Mapping[str, Mapping[str, str]]:
     return {fact_id: {str(v): str(w) for v, w in per_version.items()} for fact_id, per_version in raw.items()}
 
 
+@cache
+def source_lines(name: str) -> Mapping[str, tuple[int, ...]]:
+    """Version -> the vLLM lines a start-up refusal cites (`lines` in vllm-fact-locations.yaml; () where the
+    version has no such check)."""
+    text = resources.files("glm_operator.catalog").joinpath("data", LOCATIONS_FILE).read_text()
+    raw = yaml.safe_load(text)["lines"][name]
+    return {str(version): tuple(int(n) for n in found) for version, found in raw.items()}
+
+
 T = TypeVar("T", covariant=True)
 
 

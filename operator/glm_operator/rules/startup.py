@@ -8,22 +8,21 @@ from __future__ import annotations
 
 import json
 
+from glm_operator.catalog.versions import Version
+from glm_operator.catalog.vllm_facts import source_lines
 from glm_operator.rules.context import Context
 from glm_operator.rules.findings import Finding
 from glm_operator.rules.partition import parse_partition
 
 PP_ENV = "VLLM_PP_LAYER_PARTITION"
 
-# vllm/distributed/utils.py, get_pp_indices: (def line, int() parse refusal, entry-count refusal, sum refusal).
+# vllm/distributed/utils.py, get_pp_indices: (def line, int() parse refusal, entry-count refusal, sum refusal),
+# per version, read from the source by `python -m tests.vllm_source.locate` (catalog/data/vllm-fact-locations.yaml).
 # Every model builds its decoder layers through make_layers -> get_pp_indices, at any pipeline size.
 GET_PP_INDICES_LINES: dict[str, tuple[int, int, int, int]] = {
-    "0.26.0": (127, 149, 152, 154),
-    "0.27.1": (127, 149, 152, 154),
-    "0.30.0": (127, 149, 152, 154),
-    "0.31.0": (128, 150, 153, 155),
-    "0.32.0": (126, 147, 149, 151),
-    "0.33.0": (198, 219, 221, 223),
-    "0.34.0": (211, 232, 234, 236),
+    version: (found[0], found[1], found[2], found[3])
+    for version, found in source_lines("get-pp-indices").items()
+    if len(found) == 4
 }
 
 
@@ -64,25 +63,37 @@ def pp_partition_valid(ctx: Context) -> list[Finding]:
     return []
 
 
+def _refused_per_version(
+    lines: str, since: tuple[tuple[str, frozenset[str]], ...]
+) -> dict[str, tuple[frozenset[str], int]]:
+    """version -> (the names it refuses, the line that raises), for each version whose source has the check: the
+    lines from vllm-fact-locations.yaml, the names from the newest `since` entry at or before the version."""
+    out: dict[str, tuple[frozenset[str], int]] = {}
+    for version, found in source_lines(lines).items():
+        names = [n for first, n in since if Version.parse(version) >= Version.parse(first)]
+        if found and names:
+            out[version] = (names[-1], found[0])
+    return out
+
+
 # vllm/config/kernel.py: KernelConfig.set_platform_defaults (run while VllmConfig is built) refuses these MoE
 # backends for any architecture outside FLASHINFER_MOE_EP_ARCHITECTURES (DeepSeek-V4 only), so for GLM-5.x:
 # version -> (the names, the line that raises in validate_flashinfer_moe_ep_model).
-MODEL_RESTRICTED_MOE: dict[str, tuple[frozenset[str], int]] = {
-    "0.30.0": (frozenset({"flashinfer_moe_ep_mega_deep_gemm", "flashinfer_moe_ep_mega_cutedsl"}), 194),
-    "0.31.0": (frozenset({"flashinfer_moe_ep_mega_deep_gemm", "flashinfer_moe_ep_mega_cutedsl"}), 187),
-    "0.32.0": (frozenset({"flashinfer_moe_ep_mega_deep_gemm"}), 237),
-    "0.33.0": (frozenset({"flashinfer_moe_ep_mega_deep_gemm"}), 238),
-    "0.34.0": (frozenset({"flashinfer_moe_ep_mega_deep_gemm"}), 238),
-}
+MODEL_RESTRICTED_MOE = _refused_per_version(
+    "moe-backend-model",
+    (
+        ("0.30.0", frozenset({"flashinfer_moe_ep_mega_deep_gemm", "flashinfer_moe_ep_mega_cutedsl"})),
+        ("0.32.0", frozenset({"flashinfer_moe_ep_mega_deep_gemm"})),
+    ),
+)
 MODEL_RESTRICTED_ARCHITECTURES = frozenset({"DeepseekV4ForCausalLM", "DeepSeekV4MTPModel", "DeepseekV41ForCausalLM"})
 
 # vllm/config/kernel.py bind_passthrough_all2all_backend: these MoE backends dispatch and combine themselves
 # and refuse any all-to-all backend but the default: version -> (the names, the line that raises).
-SELF_DISPATCHING_MOE: dict[str, tuple[frozenset[str], int]] = {
-    "0.32.0": (frozenset({"flashinfer_moe_ep_cutedsl", "flashinfer_moe_ep_mega_deep_gemm"}), 210),
-    "0.33.0": (frozenset({"flashinfer_moe_ep_cutedsl", "flashinfer_moe_ep_mega_deep_gemm"}), 211),
-    "0.34.0": (frozenset({"flashinfer_moe_ep_cutedsl", "flashinfer_moe_ep_mega_deep_gemm"}), 211),
-}
+SELF_DISPATCHING_MOE = _refused_per_version(
+    "moe-backend-all2all",
+    (("0.32.0", frozenset({"flashinfer_moe_ep_cutedsl", "flashinfer_moe_ep_mega_deep_gemm"})),),
+)
 DEFAULT_ALL2ALL = ("auto", "allgather_reducescatter")
 
 
