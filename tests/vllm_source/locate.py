@@ -2,7 +2,8 @@
 
 `python -m tests.vllm_source.locate` runs each fact's reader (the READERS of test_source_facts.py) on each
 supported version's source and records where the fact is stated, and the lines the start-up refusals of
-glm_operator/rules/startup.py cite (extract.LINE_READERS). It exits 1, naming the fact and the version,
+glm_operator/rules/startup.py cite (extract.LINE_READERS); then it regenerates what `glmctl generate` writes
+from them (docs/rules.md prints each fact's locations). It exits 1, naming the fact and the version,
 when a version's source is missing or a reader cannot read it: nothing is skipped. A fact's values stay
 hand-written in glm_operator/catalog/vllm_facts.py; test_source_facts.py checks both against the source.
 """
@@ -98,6 +99,8 @@ def _source(version: str) -> Source:
 
 def main() -> int:
     from glm_operator.catalog.images import load_images
+    from glm_operator.catalog.vllm_facts import fact_locations, source_lines
+    from glm_operator.cli.generate import write_all
     from tests.vllm_source.extract import LINE_READERS
     from tests.vllm_source.test_source_facts import READERS
 
@@ -113,6 +116,10 @@ def main() -> int:
         f"wrote {LOCATIONS_PATH.relative_to(REPO)}: {len(locations)} facts and {len(lines)} start-up refusal "
         f"lines x {len(versions)} versions"
     )
+    fact_locations.cache_clear()  # what glmctl generate writes from them (docs/rules.md), from the new file
+    source_lines.cache_clear()
+    for path in write_all(REPO):
+        print(f"wrote {path}")
     return 0
 
 
