@@ -62,10 +62,14 @@ MODEL = {"namespace": "team-a", "glmdeployment": "glm", "model_name": "zai-org/G
 POD = {**MODEL, "pod": "glm-5d9c-x", "engine": "0", "job": "glmops-vllm", "instance": "127.20.0.5:8000"}
 GLMD = {"namespace": "team-a", "glmdeployment": "glm", "job": OPERATOR_JOB}
 OPERATOR_POD = {"namespace": "glmops", "pod": "glmops-0", "job": OPERATOR_JOB}
+BUILDING = {**GLMD, "type": "ImageBuilding", "status": "True"}
 
 
 def series(metric: str, labels: dict[str, str]) -> str:
     return metric + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+UP = series("up", {"job": OPERATOR_JOB, "instance": "10.0.0.7:8081"})
 
 
 def counter(*segments: tuple[int, float]) -> str:
@@ -101,6 +105,7 @@ def healthy() -> dict[str, str]:
         series("glmops_glmdeployment_condition", {**GLMD, "type": "Degraded", "status": "False"}): gauge((1, 1)),
         series("glmops_glmdeployment_replicas_desired", GLMD): gauge((1, 2)),
         series("glmops_glmdeployment_replicas_ready", GLMD): gauge((1, 2)),
+        series("glmops_glmdeployment_condition", BUILDING): gauge((1, 0)),
     }
 
 
@@ -233,6 +238,19 @@ SCENARIOS = [
             )
         },
         quiet_at=(14, 20, 40),
+    ),
+    # Longer than the other scenarios' hour (promtool's `a x n` notation): a build may run for 2 hours. The
+    # operator stays up throughout; the other series end at 60 m and go stale.
+    Scenario(
+        "a GLMDeployment waits for its image from minute 5 on",
+        {series("glmops_glmdeployment_condition", BUILDING): "0x4 1x200", UP: "1x210"},
+        firing={160: {"GLMOpsDeploymentStuckBuilding": [({"namespace": "team-a", "glmdeployment": "glm"}, "")]}},
+        quiet_at=(120, 150),  # pending for `for: 150m`, beyond the build Job's 2-hour deadline
+    ),
+    Scenario(
+        "a GLMDeployment waits 100 minutes for a slow build, then runs",
+        {series("glmops_glmdeployment_condition", BUILDING): "0x4 1x99 0x100", UP: "1x210"},
+        quiet_at=(100, 160, 200),
     ),
     Scenario(
         "every pod of a deployment held out by the canary gate",

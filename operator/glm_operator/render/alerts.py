@@ -141,6 +141,22 @@ ALERTS: tuple[Alert, ...] = (
         ),
     ),
     Alert(
+        name="GLMOpsDeploymentStuckBuilding",
+        group="glmops.operator",
+        expr=(
+            "max by (namespace, glmdeployment) "
+            '(glmops_glmdeployment_condition{type="ImageBuilding", status="True"}) == 1\n'
+        ),
+        summary="GLMDeployment {{ $labels.namespace }}/{{ $labels.glmdeployment }} has waited for its image for "
+        "${for}.",
+        description=(
+            "The ImageBuilding condition of GLMDeployment {{ $labels.namespace }}/{{ $labels.glmdeployment }} has "
+            "been True for ${for}, longer than a build Job may run (imageBuild.deadlineSeconds): its workload is not "
+            "rendered and no pod of it starts. The GLMImage it waits for and its build Job say why: "
+            "kubectl get glmimage -o yaml."
+        ),
+    ),
+    Alert(
         name="GLMOpsDeploymentUnavailable",
         group="glmops.operator",
         expr=(
