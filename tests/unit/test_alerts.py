@@ -62,6 +62,7 @@ MODEL = {"namespace": "team-a", "glmdeployment": "glm", "model_name": "zai-org/G
 POD = {**MODEL, "pod": "glm-5d9c-x", "engine": "0", "job": "glmops-vllm", "instance": "127.20.0.5:8000"}
 GLMD = {"namespace": "team-a", "glmdeployment": "glm", "job": OPERATOR_JOB}
 OPERATOR_POD = {"namespace": "glmops", "pod": "glmops-0", "job": OPERATOR_JOB}
+IMAGE = {"glmimage": "vllm-cuda-v0-34-0-glmops-1", "job": OPERATOR_JOB}
 BUILDING = {**GLMD, "type": "ImageBuilding", "status": "True"}
 
 
@@ -106,6 +107,8 @@ def healthy() -> dict[str, str]:
         series("glmops_glmdeployment_replicas_desired", GLMD): gauge((1, 2)),
         series("glmops_glmdeployment_replicas_ready", GLMD): gauge((1, 2)),
         series("glmops_glmdeployment_condition", BUILDING): gauge((1, 0)),
+        series("glmops_glmimage_build_phase", {**IMAGE, "phase": "Succeeded"}): gauge((1, 1)),
+        series("glmops_glmimage_build_phase", {**IMAGE, "phase": "Failed"}): gauge((1, 0)),
     }
 
 
@@ -251,6 +254,24 @@ SCENARIOS = [
         "a GLMDeployment waits 100 minutes for a slow build, then runs",
         {series("glmops_glmdeployment_condition", BUILDING): "0x4 1x99 0x100", UP: "1x210"},
         quiet_at=(100, 160, 200),
+    ),
+    Scenario(
+        "an image build fails at minute 30",
+        {
+            series("glmops_glmimage_build_phase", {**IMAGE, "phase": "Building"}): gauge((30, 1), (1, 0)),
+            series("glmops_glmimage_build_phase", {**IMAGE, "phase": "Succeeded"}): gauge((1, 0)),
+            series("glmops_glmimage_build_phase", {**IMAGE, "phase": "Failed"}): gauge((30, 0), (1, 1)),
+        },
+        firing={40: {"GLMOpsImageBuildFailed": [({"glmimage": IMAGE["glmimage"]}, "")]}},
+        quiet_at=(20, 32),  # building, then pending for `for: 5m`
+    ),
+    Scenario(
+        "a failed image deleted after 3 minutes and built again",
+        {
+            series("glmops_glmimage_build_phase", {**IMAGE, "phase": "Succeeded"}): gauge((1, 0)),
+            series("glmops_glmimage_build_phase", {**IMAGE, "phase": "Failed"}): gauge((30, 0), (3, 1), (1, "stale")),
+        },
+        quiet_at=(32, 36, 40, 60),  # the series goes with the GLMImage (a stale marker on the next scrape)
     ),
     Scenario(
         "every pod of a deployment held out by the canary gate",

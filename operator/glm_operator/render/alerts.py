@@ -157,6 +157,18 @@ ALERTS: tuple[Alert, ...] = (
         ),
     ),
     Alert(
+        name="GLMOpsImageBuildFailed",
+        group="glmops.operator",
+        expr='max by (glmimage) (glmops_glmimage_build_phase{phase="Failed"}) == 1\n',
+        summary="The build of GLMImage {{ $labels.glmimage }} failed.",
+        description=(
+            "GLMImage {{ $labels.glmimage }} is Failed: its build Job ended without pushing an image, and a Failed "
+            "image stays failed until it is deleted. Every GLMDeployment that runs its image waits with "
+            "ImageBuilding False and starts no pod. Its Built condition and status.logTail say why: "
+            "kubectl get glmimage {{ $labels.glmimage }} -o yaml."
+        ),
+    ),
+    Alert(
         name="GLMOpsDeploymentUnavailable",
         group="glmops.operator",
         expr=(
