@@ -90,6 +90,24 @@ def gauge(*segments: tuple[int, float | str]) -> str:
     return " ".join(values + [values[-1]] * (MINUTES + 1 - len(values)))
 
 
+LE = ("0.05", "0.5", "2.5", "5", "10", "+Inf")
+
+
+def webhook(ok: tuple[int, float] = (MINUTES, 2), seconds: float = 0.02, errors: str | None = None) -> dict[str, str]:
+    """The validating webhook's handler time: `ok` (minutes, reviews a minute) each taking `seconds`, and the
+    count of reviews it raised on (`errors`, a counter's samples; none by default)."""
+    labels = {**OPERATOR_POD, "webhook": "glmops-validate"}
+    out = {
+        series("glmops_webhook_request_duration_seconds_bucket", {**labels, "result": "ok", "le": le}): counter(
+            ok if le == "+Inf" or seconds <= float(le) else (MINUTES, 0)
+        )
+        for le in LE
+    }
+    out[series("glmops_webhook_request_duration_seconds_count", {**labels, "result": "ok"})] = counter(ok)
+    out[series("glmops_webhook_request_duration_seconds_count", {**labels, "result": "error"})] = errors or counter()
+    return out
+
+
 def healthy() -> dict[str, str]:
     """2 chat completions a second, none null; 10 draft tokens a second, 60 % accepted; canaries pass."""
     return {
@@ -109,6 +127,7 @@ def healthy() -> dict[str, str]:
         series("glmops_glmdeployment_condition", BUILDING): gauge((1, 0)),
         series("glmops_glmimage_build_phase", {**IMAGE, "phase": "Succeeded"}): gauge((1, 1)),
         series("glmops_glmimage_build_phase", {**IMAGE, "phase": "Failed"}): gauge((1, 0)),
+        **webhook(),
     }
 
 
@@ -299,6 +318,33 @@ SCENARIOS = [
         "the webhook certificate has 60 days left",
         {series("glmops_webhook_certificate_expiry_timestamp_seconds", OPERATOR_POD): gauge((1, 60 * 86400))},
         quiet_at=(30, 55),
+    ),
+    Scenario(
+        "the validating webhook's handler raises on 1 of 3 reviews from minute 10",
+        webhook(errors=counter((10, 0), (MINUTES, 1))),
+        firing={30: {"GLMOpsWebhookErrors": [({"webhook": "glmops-validate"}, "33.33%")]}},
+        quiet_at=(15,),  # pending for `for: 10m`
+    ),
+    Scenario(
+        "the validating webhook's handler raises once",
+        webhook(errors=counter((10, 0), (1, 1))),
+        quiet_at=(11, 15, 25, 40),
+    ),
+    Scenario(
+        "every review takes 4 s from the start",
+        webhook(seconds=4),
+        firing={20: {"GLMOpsWebhookSlow": [({"webhook": "glmops-validate"}, "4.975s")]}},
+        quiet_at=(8,),  # pending for `for: 10m`
+    ),
+    Scenario(
+        "every review takes 0.4 s, well below the limit",
+        webhook(seconds=0.4),
+        quiet_at=(20, 40),
+    ),
+    Scenario(
+        "no admission reviews at all",
+        webhook(ok=(MINUTES, 0)),
+        quiet_at=(20, 40),
     ),
     Scenario(
         "operator gone from minute 10",

@@ -100,6 +100,13 @@ IMAGE_BUILD_SECONDS = Histogram(
     buckets=(60, 300, 600, 900, 1200, 1800, 2700, 3600, 5400, 7200, 10800),
 )
 IMAGE_PHASES = ("Pending", "Building", "Succeeded", "Failed")
+WEBHOOK_SECONDS = Histogram(
+    "glmops_webhook_request_duration_seconds",
+    "Time the admission handler took to answer a well-formed AdmissionReview, by webhook (the path's id) and result "
+    "(ok; error: it raised and the API server got a 400).",
+    ["webhook", "result"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
 # A finding's severity, as the outcome a person sees at admission.
 FINDING_OUTCOMES = {"error": "refused", "warning": "warned", "remediated": "repaired"}
 

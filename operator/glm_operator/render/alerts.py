@@ -198,6 +198,42 @@ ALERTS: tuple[Alert, ...] = (
         ),
     ),
     Alert(
+        name="GLMOpsWebhookErrors",
+        group="glmops.operator",
+        expr=(
+            "(\n"
+            '  sum by (webhook) (rate(glmops_webhook_request_duration_seconds_count{result="error"}[${window}]))\n'
+            "/\n"
+            "  sum by (webhook) (rate(glmops_webhook_request_duration_seconds_count[${window}]))\n"
+            ") > ${maxErrorRatio}\n"
+        ),
+        summary="The glmops admission webhook {{ $labels.webhook }} fails {{ $value | humanizePercentage }} of "
+        "its reviews.",
+        description=(
+            "The operator's admission handler {{ $labels.webhook }} raised on {{ $value | humanizePercentage }} of "
+            "the AdmissionReviews it got over the last ${window} (limit ${maxErrorRatio}) and answered them 400. "
+            "With failurePolicy Fail the API server refuses those GLMDeployment changes; the operator's log has the "
+            "traceback (webhook ... failed on review ...)."
+        ),
+    ),
+    Alert(
+        name="GLMOpsWebhookSlow",
+        group="glmops.operator",
+        expr=(
+            "histogram_quantile(0.99,\n"
+            "  sum by (webhook, le) (rate(glmops_webhook_request_duration_seconds_bucket[${window}]))\n"
+            ") > ${maxSeconds}\n"
+        ),
+        summary="The glmops admission webhook {{ $labels.webhook }} takes {{ $value | humanizeDuration }} at "
+        "its 99th percentile.",
+        description=(
+            "99 % of the AdmissionReviews the operator's handler {{ $labels.webhook }} answered over the last "
+            "${window} took up to {{ $value | humanizeDuration }} (limit ${maxSeconds} s). Past the webhook's "
+            "timeoutSeconds (10 s by default) the API server gives up and, with failurePolicy Fail, refuses the "
+            "change."
+        ),
+    ),
+    Alert(
         name="GLMOpsOperatorDown",
         group="glmops.operator",
         expr='absent(up{job="${operatorJob}"} == 1)\n',
