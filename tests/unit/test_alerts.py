@@ -16,7 +16,15 @@ from typing import Any
 import pytest
 import yaml
 
-from glm_operator.render.alerts import ALERTS, BY_NAME, OPERATOR_JOB, RULES_FILE, alert_values, rule_groups
+from glm_operator.render.alerts import (
+    ALERTS,
+    BY_NAME,
+    OPERATOR_JOB,
+    RECORDINGS,
+    RULES_FILE,
+    alert_values,
+    rule_groups,
+)
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.support.chart import TEMPLATE_FLAGS
 from tests.support.cluster import REPO
@@ -375,7 +383,7 @@ def _expand(template: str, labels: dict[str, str], value: str) -> str:
 
 
 def _expected(alert: str, labels: dict[str, str], value: str) -> dict[str, Any]:
-    rule = next(r for g in rule_groups(VALUES) for r in g["rules"] if r["alert"] == alert)
+    rule = next(r for g in rule_groups(VALUES) for r in g["rules"] if r.get("alert") == alert)
     all_labels = {**labels, **rule["labels"]}
     annotations = {k: _expand(v, all_labels, value) for k, v in rule["annotations"].items()}
     return {"exp_labels": all_labels, "exp_annotations": annotations}
@@ -414,7 +422,7 @@ def _unit_test_file(scenario: Scenario) -> dict[str, Any]:
 def test_promtool_accepts_the_shipped_rules_file(promtool: str) -> None:
     proc = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"SUCCESS: {len(ALERTS)} rules found" in proc.stdout
+    assert f"SUCCESS: {len(ALERTS) + len(RECORDINGS)} rules found" in proc.stdout
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
@@ -440,7 +448,7 @@ def test_every_alert_has_severity_summary_description_and_a_runbook_section() ->
     docs = (REPO / "docs" / "alerts.md").read_text()
     headings = {h.lower() for h in re.findall(r"^## (\S+)$", docs, flags=re.MULTILINE)}
     base = yaml.safe_load(VALUES)["monitoring"]["prometheusRule"]["runbookBaseUrl"]
-    for rule in (r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]):
+    for rule in (r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "alert" in r):
         assert rule["labels"]["severity"] in {"critical", "warning", "info"}, rule["alert"]
         assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule["alert"]
         url, anchor = rule["annotations"]["runbook_url"].split("#")
@@ -551,14 +559,14 @@ def test_prometheus_rule_holds_the_plain_rules_file_with_default_values(helm: st
 def test_an_alert_switched_off_is_left_out_and_the_others_stay(helm: str) -> None:
     off = "monitoring.prometheusRule.alerts.GLMOpsSpecDecodeAcceptanceLow.enabled=false"
     groups = _objects(helm, *MONITORING_ON, off)["PrometheusRule/glmops"]["spec"]["groups"]
-    names = [r["alert"] for g in groups for r in g["rules"]]
+    names = [r["alert"] for g in groups for r in g["rules"] if "alert" in r]
     assert names == [a.name for a in ALERTS if a.name != "GLMOpsSpecDecodeAcceptanceLow"]
 
 
 def test_a_group_whose_alerts_are_all_off_is_left_out(helm: str) -> None:
     sets = [f"monitoring.prometheusRule.alerts.{a.name}.enabled=false" for a in ALERTS if a.group == "glmops.operator"]
     groups = _objects(helm, *MONITORING_ON, *sets)["PrometheusRule/glmops"]["spec"]["groups"]
-    assert [g["name"] for g in groups] == ["glmops.serving"]
+    assert [g["name"] for g in groups] == ["glmops.recording", "glmops.serving"]
 
 
 def test_thresholds_severity_and_for_from_values_reach_valid_rules(helm: str, promtool: str, tmp_path: Path) -> None:
@@ -567,13 +575,15 @@ def test_thresholds_severity_and_for_from_values_reach_valid_rules(helm: str, pr
         helm,
         *MONITORING_ON,
         f"{prefix}.maxRate=0.2",
-        f"{prefix}.window=30m",
+        "monitoring.prometheusRule.alerts.GLMOpsCanaryFailing.window=30m",
         f"{prefix}.for=1h",
         f"{prefix}.severity=page",
         "monitoring.prometheusRule.runbookBaseUrl=https://wiki.example/alerts/",
     )["PrometheusRule/glmops"]
-    null = rule["spec"]["groups"][0]["rules"][0]
-    assert ") > 0.2\n" in null["expr"] and "[30m]" in null["expr"] and "[10m]" not in null["expr"]
+    rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    null, canary = rules["GLMOpsNullContentHigh"], rules["GLMOpsCanaryFailing"]
+    assert ":ratio_rate > 0.2\n" in null["expr"]
+    assert "[30m]" in canary["expr"] and "[15m]" not in canary["expr"]
     assert null["for"] == "1h" and null["labels"] == {"severity": "page"}
     assert null["annotations"]["runbook_url"] == "https://wiki.example/alerts#glmopsnullcontenthigh"
     rendered_rules = tmp_path / "rules.yaml"
@@ -585,3 +595,111 @@ def test_thresholds_severity_and_for_from_values_reach_valid_rules(helm: str, pr
 def test_values_schema_refuses_an_unknown_alert(helm: str) -> None:
     proc = _template(helm, "monitoring.prometheusRule.alerts.GLMOpsTypo.enabled=false", check=False)
     assert proc.returncode != 0 and "GLMOpsTypo" in proc.stderr
+
+
+# --- recording rules ------------------------------------------------------------------------------------------
+
+OTHER_POD = {**POD, "pod": "glm-5d9c-y", "instance": "127.20.0.6:8000"}
+
+
+def _recorded(inputs: dict[str, str], minute: int, expected: dict[str, list[tuple[dict[str, str], float]]]) -> Any:
+    """A promtool test file: each recorded series' samples at `minute` (recorded series carry only their labels)."""
+    return {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": s, "values": v} for s, v in inputs.items()],
+                "promql_expr_test": [
+                    {
+                        "expr": f"round({record}, 0.000001)",  # rates are float sums: compared to 6 places
+                        "eval_time": f"{minute}m",
+                        "exp_samples": [
+                            {"labels": series("", labels), "value": round(value, 6)} for labels, value in samples
+                        ],
+                    }
+                    for record, samples in expected.items()
+                ],
+            }
+        ],
+    }
+
+
+def _promtool_test(promtool: str, tmp_path: Path, test: Any) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "recorded.yaml"
+    path.write_text(yaml.safe_dump(test))
+    return subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
+
+
+def _recorded_labels(pod: dict[str, str]) -> dict[str, str]:
+    return {k: pod[k] for k in ("namespace", "glmdeployment", "model_name", "pod")}
+
+
+def test_recording_rules_give_the_upstream_ratios_per_model_and_per_pod(promtool: str, tmp_path: Path) -> None:
+    """Pod y serves vllm-58729's 1,178 null of 1,319 answers a minute and vllm-52833's 0 of 378 drafts accepted;
+    pod x the working comparison, 177 of 395, and no null answer."""
+    inputs = {
+        series("glmops_chat_completions_total", POD): counter((MINUTES, 1319)),
+        series("glmops_chat_null_content_total", POD): counter(),
+        series("glmops_chat_completions_total", OTHER_POD): counter((MINUTES, 1319)),
+        series("glmops_chat_null_content_total", OTHER_POD): counter((MINUTES, 1178)),
+        series("vllm:spec_decode_num_draft_tokens_total", POD): counter((MINUTES, 395)),
+        series("vllm:spec_decode_num_accepted_tokens_total", POD): counter((MINUTES, 177)),
+        series("vllm:spec_decode_num_draft_tokens_total", OTHER_POD): counter((MINUTES, 378)),
+        series("vllm:spec_decode_num_accepted_tokens_total", OTHER_POD): counter(),
+        series("glmops_canary_check_passed", {**GLMD, "pod": "glm-5d9c-x", "check": "gsm8k"}): gauge((1, 1)),
+        series("glmops_canary_check_passed", {**GLMD, "pod": "glm-5d9c-y", "check": "gsm8k"}): gauge((1, 0)),
+        series("glmops_canary_check_passed", {**GLMD, "pod": "glm-5d9c-x", "check": "smoke"}): gauge((1, 1)),
+        series("glmops_canary_check_passed", {**GLMD, "pod": "glm-5d9c-y", "check": "smoke"}): gauge((1, 1)),
+    }
+    x, y = _recorded_labels(POD), _recorded_labels(OTHER_POD)
+    level, per_pod = "namespace_glmdeployment_model_name", "namespace_glmdeployment_model_name_pod"
+    deployment = {"namespace": "team-a", "glmdeployment": "glm"}
+    expected = {
+        f"{level}:glmops_chat_null_content:ratio_rate": [(MODEL, 1178 / 2638)],
+        f"{per_pod}:glmops_chat_null_content:ratio_rate": [(x, 0.0), (y, 1178 / 1319)],
+        f"{level}:glmops_chat_completions:rate": [(MODEL, 2638 / 60)],
+        f"{per_pod}:glmops_chat_completions:rate": [(x, 1319 / 60), (y, 1319 / 60)],
+        f"{level}:vllm_spec_decode_draft_acceptance:ratio_rate": [(MODEL, 177 / 773)],
+        f"{per_pod}:vllm_spec_decode_draft_acceptance:ratio_rate": [(x, 177 / 395), (y, 0.0)],
+        f"{level}:vllm_spec_decode_num_draft_tokens:rate": [(MODEL, 773 / 60)],
+        f"{per_pod}:vllm_spec_decode_num_draft_tokens:rate": [(x, 395 / 60), (y, 378 / 60)],
+        "namespace_glmdeployment_check:glmops_canary_check_failing_pods:ratio": [
+            ({**deployment, "check": "gsm8k"}, 0.5),
+            ({**deployment, "check": "smoke"}, 0.0),
+        ],
+    }
+    assert set(expected) == {r.record for r in RECORDINGS}, "every recording rule has a case"
+    proc = _promtool_test(promtool, tmp_path, _recorded(inputs, 30, expected))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # and the check can fail: pod y's null share is not pod x's
+    wrong = {f"{per_pod}:glmops_chat_null_content:ratio_rate": [(x, 1178 / 1319), (y, 0.0)]}
+    assert _promtool_test(promtool, tmp_path, _recorded(inputs, 30, wrong)).returncode != 0
+
+
+def test_alerts_that_read_recorded_series_refuse_the_recording_rules_switched_off(helm: str) -> None:
+    off = "monitoring.prometheusRule.recordingRules.enabled=false"
+    proc = _template(helm, *MONITORING_ON, off, check=False)
+    assert proc.returncode != 0 and "GLMOpsNullContentHigh read the recorded series" in proc.stderr
+    with pytest.raises(ValueError, match="GLMOpsNullContentHigh, GLMOpsSpecDecodeAcceptanceLow, GLMOpsCanaryFailing"):
+        rule_groups(
+            VALUES.replace(
+                "recordingRules:\n      # -- Ship the recording rules.\n      enabled: true",
+                "recordingRules:\n      enabled: false",
+            )
+        )
+    readers = [f"monitoring.prometheusRule.alerts.{a.name}.enabled=false" for a in ALERTS if a.recorded]
+    groups = _objects(helm, *MONITORING_ON, off, *readers)["PrometheusRule/glmops"]["spec"]["groups"]
+    assert "glmops.recording" not in [g["name"] for g in groups]
+    assert all("alert" in r for g in groups for r in g["rules"])
+
+
+def test_the_recording_window_from_values_reaches_the_records_and_the_alerts_text(helm: str) -> None:
+    window = "monitoring.prometheusRule.recordingRules.window=30s"
+    groups = _objects(helm, *MONITORING_ON, window)["PrometheusRule/glmops"]["spec"]["groups"]
+    records = [r for g in groups for r in g["rules"] if "record" in r]
+    rates = [r for r in records if "rate(" in r["expr"]]
+    assert rates and all("[30s]" in r["expr"] and "[10m]" not in r["expr"] for r in rates)
+    null = next(r for g in groups for r in g["rules"] if r.get("alert") == "GLMOpsNullContentHigh")
+    assert "over the last 30s" in null["annotations"]["description"]
