@@ -703,3 +703,27 @@ def test_the_recording_window_from_values_reaches_the_records_and_the_alerts_tex
     assert rates and all("[30s]" in r["expr"] and "[10m]" not in r["expr"] for r in rates)
     null = next(r for g in groups for r in g["rules"] if r.get("alert") == "GLMOpsNullContentHigh")
     assert "over the last 30s" in null["annotations"]["description"]
+
+
+def test_the_docs_count_the_alerts_shipped() -> None:
+    words = [
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+    ]
+    docs = (REPO / "docs" / "alerts.md").read_text()
+    said = re.search(r"glmops ships (\w+) Prometheus alerts", docs)
+    assert said is not None and words.index(said[1]) == len(ALERTS)
