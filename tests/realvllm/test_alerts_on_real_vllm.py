@@ -1,10 +1,11 @@
 """The shipped alerts in a real Prometheus, on the real vLLM server's own /metrics.
 
 The chart is rendered with its PrometheusRule and PodMonitor on; only values change (scrape interval, each
-serving alert's `for` and window), never the rules. Prometheus (Debian's package) scrapes the real server as the
-PodMonitor would have it scrape a serving pod: the pod's labels as Kubernetes service discovery presents them,
-the PodMonitor's relabelings, and the namespace and pod labels the Prometheus Operator adds. The tiny model
-never closes its reasoning block, so chat traffic makes the glmops plugin's null-content counter climb.
+serving alert's `for`, the recording rules' window), never the rules. Prometheus (Debian's package) scrapes the
+real server as the PodMonitor would have it scrape a serving pod: the pod's labels as Kubernetes service
+discovery presents them, the PodMonitor's relabelings, and the namespace and pod labels the Prometheus Operator
+adds. The tiny model never closes its reasoning block, so chat traffic makes the glmops plugin's null-content
+counter climb.
 """
 
 from __future__ import annotations
@@ -28,16 +29,14 @@ NAMESPACE = "team-a"
 POD_NAME = f"{SPEC['metadata']['name']}-5d9c7-x2x4q"
 SERVING_ALERTS = ("GLMOpsNullContentHigh", "GLMOpsSpecDecodeAcceptanceLow")
 WINDOW, FOR = "30s", "5s"
-# Shortened through values only: a 1 s scrape and evaluation, and each serving alert's for/window.
+# Shortened through values only: a 1 s scrape and evaluation, the recording rules' window (the serving alerts read
+# the recorded ratios) and each serving alert's for.
 VALUES = [
     "monitoring.serviceMonitor.enabled=true",
     "monitoring.serviceMonitor.interval=1s",
     "monitoring.prometheusRule.enabled=true",
-    *(
-        f"monitoring.prometheusRule.alerts.{a}.{k}={v}"
-        for a in SERVING_ALERTS
-        for k, v in (("for", FOR), ("window", WINDOW))
-    ),
+    f"monitoring.prometheusRule.recordingRules.window={WINDOW}",
+    *(f"monitoring.prometheusRule.alerts.{a}.for={FOR}" for a in SERVING_ALERTS),
 ]
 ALERT_TIMEOUT_S = 240
 

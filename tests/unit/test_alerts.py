@@ -16,7 +16,15 @@ from typing import Any
 import pytest
 import yaml
 
-from glm_operator.render.alerts import ALERTS, BY_NAME, OPERATOR_JOB, RULES_FILE, alert_values, rule_groups
+from glm_operator.render.alerts import (
+    ALERTS,
+    BY_NAME,
+    OPERATOR_JOB,
+    RECORDINGS,
+    RULES_FILE,
+    alert_values,
+    rule_groups,
+)
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.support.chart import TEMPLATE_FLAGS
 from tests.support.cluster import REPO
@@ -62,10 +70,15 @@ MODEL = {"namespace": "team-a", "glmdeployment": "glm", "model_name": "zai-org/G
 POD = {**MODEL, "pod": "glm-5d9c-x", "engine": "0", "job": "glmops-vllm", "instance": "127.20.0.5:8000"}
 GLMD = {"namespace": "team-a", "glmdeployment": "glm", "job": OPERATOR_JOB}
 OPERATOR_POD = {"namespace": "glmops", "pod": "glmops-0", "job": OPERATOR_JOB}
+IMAGE = {"glmimage": "vllm-cuda-v0-34-0-glmops-1", "job": OPERATOR_JOB}
+BUILDING = {**GLMD, "type": "ImageBuilding", "status": "True"}
 
 
 def series(metric: str, labels: dict[str, str]) -> str:
     return metric + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+UP = series("up", {"job": OPERATOR_JOB, "instance": "10.0.0.7:8081"})
 
 
 def counter(*segments: tuple[int, float]) -> str:
@@ -85,6 +98,24 @@ def gauge(*segments: tuple[int, float | str]) -> str:
     return " ".join(values + [values[-1]] * (MINUTES + 1 - len(values)))
 
 
+LE = ("0.05", "0.5", "2.5", "5", "10", "+Inf")
+
+
+def webhook(ok: tuple[int, float] = (MINUTES, 2), seconds: float = 0.02, errors: str | None = None) -> dict[str, str]:
+    """The validating webhook's handler time: `ok` (minutes, reviews a minute) each taking `seconds`, and the
+    count of reviews it raised on (`errors`, a counter's samples; none by default)."""
+    labels = {**OPERATOR_POD, "webhook": "glmops-validate"}
+    out = {
+        series("glmops_webhook_request_duration_seconds_bucket", {**labels, "result": "ok", "le": le}): counter(
+            ok if le == "+Inf" or seconds <= float(le) else (MINUTES, 0)
+        )
+        for le in LE
+    }
+    out[series("glmops_webhook_request_duration_seconds_count", {**labels, "result": "ok"})] = counter(ok)
+    out[series("glmops_webhook_request_duration_seconds_count", {**labels, "result": "error"})] = errors or counter()
+    return out
+
+
 def healthy() -> dict[str, str]:
     """2 chat completions a second, none null; 10 draft tokens a second, 60 % accepted; canaries pass."""
     return {
@@ -101,6 +132,10 @@ def healthy() -> dict[str, str]:
         series("glmops_glmdeployment_condition", {**GLMD, "type": "Degraded", "status": "False"}): gauge((1, 1)),
         series("glmops_glmdeployment_replicas_desired", GLMD): gauge((1, 2)),
         series("glmops_glmdeployment_replicas_ready", GLMD): gauge((1, 2)),
+        series("glmops_glmdeployment_condition", BUILDING): gauge((1, 0)),
+        series("glmops_glmimage_build_phase", {**IMAGE, "phase": "Succeeded"}): gauge((1, 1)),
+        series("glmops_glmimage_build_phase", {**IMAGE, "phase": "Failed"}): gauge((1, 0)),
+        **webhook(),
     }
 
 
@@ -234,6 +269,37 @@ SCENARIOS = [
         },
         quiet_at=(14, 20, 40),
     ),
+    # Longer than the other scenarios' hour (promtool's `a x n` notation): a build may run for 2 hours. The
+    # operator stays up throughout; the other series end at 60 m and go stale.
+    Scenario(
+        "a GLMDeployment waits for its image from minute 5 on",
+        {series("glmops_glmdeployment_condition", BUILDING): "0x4 1x200", UP: "1x210"},
+        firing={160: {"GLMOpsDeploymentStuckBuilding": [({"namespace": "team-a", "glmdeployment": "glm"}, "")]}},
+        quiet_at=(120, 150),  # pending for `for: 150m`, beyond the build Job's 2-hour deadline
+    ),
+    Scenario(
+        "a GLMDeployment waits 100 minutes for a slow build, then runs",
+        {series("glmops_glmdeployment_condition", BUILDING): "0x4 1x99 0x100", UP: "1x210"},
+        quiet_at=(100, 160, 200),
+    ),
+    Scenario(
+        "an image build fails at minute 30",
+        {
+            series("glmops_glmimage_build_phase", {**IMAGE, "phase": "Building"}): gauge((30, 1), (1, 0)),
+            series("glmops_glmimage_build_phase", {**IMAGE, "phase": "Succeeded"}): gauge((1, 0)),
+            series("glmops_glmimage_build_phase", {**IMAGE, "phase": "Failed"}): gauge((30, 0), (1, 1)),
+        },
+        firing={40: {"GLMOpsImageBuildFailed": [({"glmimage": IMAGE["glmimage"]}, "")]}},
+        quiet_at=(20, 32),  # building, then pending for `for: 5m`
+    ),
+    Scenario(
+        "a failed image deleted after 3 minutes and built again",
+        {
+            series("glmops_glmimage_build_phase", {**IMAGE, "phase": "Succeeded"}): gauge((1, 0)),
+            series("glmops_glmimage_build_phase", {**IMAGE, "phase": "Failed"}): gauge((30, 0), (3, 1), (1, "stale")),
+        },
+        quiet_at=(32, 36, 40, 60),  # the series goes with the GLMImage (a stale marker on the next scrape)
+    ),
     Scenario(
         "every pod of a deployment held out by the canary gate",
         {series("glmops_glmdeployment_replicas_ready", GLMD): gauge((1, 0))},
@@ -260,6 +326,33 @@ SCENARIOS = [
         "the webhook certificate has 60 days left",
         {series("glmops_webhook_certificate_expiry_timestamp_seconds", OPERATOR_POD): gauge((1, 60 * 86400))},
         quiet_at=(30, 55),
+    ),
+    Scenario(
+        "the validating webhook's handler raises on 1 of 3 reviews from minute 10",
+        webhook(errors=counter((10, 0), (MINUTES, 1))),
+        firing={30: {"GLMOpsWebhookErrors": [({"webhook": "glmops-validate"}, "33.33%")]}},
+        quiet_at=(15,),  # pending for `for: 10m`
+    ),
+    Scenario(
+        "the validating webhook's handler raises once",
+        webhook(errors=counter((10, 0), (1, 1))),
+        quiet_at=(11, 15, 25, 40),
+    ),
+    Scenario(
+        "every review takes 4 s from the start",
+        webhook(seconds=4),
+        firing={20: {"GLMOpsWebhookSlow": [({"webhook": "glmops-validate"}, "4.975s")]}},
+        quiet_at=(8,),  # pending for `for: 10m`
+    ),
+    Scenario(
+        "every review takes 0.4 s, well below the limit",
+        webhook(seconds=0.4),
+        quiet_at=(20, 40),
+    ),
+    Scenario(
+        "no admission reviews at all",
+        webhook(ok=(MINUTES, 0)),
+        quiet_at=(20, 40),
     ),
     Scenario(
         "operator gone from minute 10",
@@ -290,7 +383,7 @@ def _expand(template: str, labels: dict[str, str], value: str) -> str:
 
 
 def _expected(alert: str, labels: dict[str, str], value: str) -> dict[str, Any]:
-    rule = next(r for g in rule_groups(VALUES) for r in g["rules"] if r["alert"] == alert)
+    rule = next(r for g in rule_groups(VALUES) for r in g["rules"] if r.get("alert") == alert)
     all_labels = {**labels, **rule["labels"]}
     annotations = {k: _expand(v, all_labels, value) for k, v in rule["annotations"].items()}
     return {"exp_labels": all_labels, "exp_annotations": annotations}
@@ -329,7 +422,7 @@ def _unit_test_file(scenario: Scenario) -> dict[str, Any]:
 def test_promtool_accepts_the_shipped_rules_file(promtool: str) -> None:
     proc = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"SUCCESS: {len(ALERTS)} rules found" in proc.stdout
+    assert f"SUCCESS: {len(ALERTS) + len(RECORDINGS)} rules found" in proc.stdout
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
@@ -355,7 +448,7 @@ def test_every_alert_has_severity_summary_description_and_a_runbook_section() ->
     docs = (REPO / "docs" / "alerts.md").read_text()
     headings = {h.lower() for h in re.findall(r"^## (\S+)$", docs, flags=re.MULTILINE)}
     base = yaml.safe_load(VALUES)["monitoring"]["prometheusRule"]["runbookBaseUrl"]
-    for rule in (r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]):
+    for rule in (r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "alert" in r):
         assert rule["labels"]["severity"] in {"critical", "warning", "info"}, rule["alert"]
         assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule["alert"]
         url, anchor = rule["annotations"]["runbook_url"].split("#")
@@ -466,14 +559,14 @@ def test_prometheus_rule_holds_the_plain_rules_file_with_default_values(helm: st
 def test_an_alert_switched_off_is_left_out_and_the_others_stay(helm: str) -> None:
     off = "monitoring.prometheusRule.alerts.GLMOpsSpecDecodeAcceptanceLow.enabled=false"
     groups = _objects(helm, *MONITORING_ON, off)["PrometheusRule/glmops"]["spec"]["groups"]
-    names = [r["alert"] for g in groups for r in g["rules"]]
+    names = [r["alert"] for g in groups for r in g["rules"] if "alert" in r]
     assert names == [a.name for a in ALERTS if a.name != "GLMOpsSpecDecodeAcceptanceLow"]
 
 
 def test_a_group_whose_alerts_are_all_off_is_left_out(helm: str) -> None:
     sets = [f"monitoring.prometheusRule.alerts.{a.name}.enabled=false" for a in ALERTS if a.group == "glmops.operator"]
     groups = _objects(helm, *MONITORING_ON, *sets)["PrometheusRule/glmops"]["spec"]["groups"]
-    assert [g["name"] for g in groups] == ["glmops.serving"]
+    assert [g["name"] for g in groups] == ["glmops.recording", "glmops.serving"]
 
 
 def test_thresholds_severity_and_for_from_values_reach_valid_rules(helm: str, promtool: str, tmp_path: Path) -> None:
@@ -482,13 +575,15 @@ def test_thresholds_severity_and_for_from_values_reach_valid_rules(helm: str, pr
         helm,
         *MONITORING_ON,
         f"{prefix}.maxRate=0.2",
-        f"{prefix}.window=30m",
+        "monitoring.prometheusRule.alerts.GLMOpsCanaryFailing.window=30m",
         f"{prefix}.for=1h",
         f"{prefix}.severity=page",
         "monitoring.prometheusRule.runbookBaseUrl=https://wiki.example/alerts/",
     )["PrometheusRule/glmops"]
-    null = rule["spec"]["groups"][0]["rules"][0]
-    assert ") > 0.2\n" in null["expr"] and "[30m]" in null["expr"] and "[10m]" not in null["expr"]
+    rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    null, canary = rules["GLMOpsNullContentHigh"], rules["GLMOpsCanaryFailing"]
+    assert ":ratio_rate > 0.2\n" in null["expr"]
+    assert "[30m]" in canary["expr"] and "[15m]" not in canary["expr"]
     assert null["for"] == "1h" and null["labels"] == {"severity": "page"}
     assert null["annotations"]["runbook_url"] == "https://wiki.example/alerts#glmopsnullcontenthigh"
     rendered_rules = tmp_path / "rules.yaml"
@@ -500,3 +595,135 @@ def test_thresholds_severity_and_for_from_values_reach_valid_rules(helm: str, pr
 def test_values_schema_refuses_an_unknown_alert(helm: str) -> None:
     proc = _template(helm, "monitoring.prometheusRule.alerts.GLMOpsTypo.enabled=false", check=False)
     assert proc.returncode != 0 and "GLMOpsTypo" in proc.stderr
+
+
+# --- recording rules ------------------------------------------------------------------------------------------
+
+OTHER_POD = {**POD, "pod": "glm-5d9c-y", "instance": "127.20.0.6:8000"}
+
+
+def _recorded(inputs: dict[str, str], minute: int, expected: dict[str, list[tuple[dict[str, str], float]]]) -> Any:
+    """A promtool test file: each recorded series' samples at `minute` (recorded series carry only their labels)."""
+    return {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": s, "values": v} for s, v in inputs.items()],
+                "promql_expr_test": [
+                    {
+                        "expr": f"round({record}, 0.000001)",  # rates are float sums: compared to 6 places
+                        "eval_time": f"{minute}m",
+                        "exp_samples": [
+                            {"labels": series("", labels), "value": round(value, 6)} for labels, value in samples
+                        ],
+                    }
+                    for record, samples in expected.items()
+                ],
+            }
+        ],
+    }
+
+
+def _promtool_test(promtool: str, tmp_path: Path, test: Any) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "recorded.yaml"
+    path.write_text(yaml.safe_dump(test))
+    return subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
+
+
+def _recorded_labels(pod: dict[str, str]) -> dict[str, str]:
+    return {k: pod[k] for k in ("namespace", "glmdeployment", "model_name", "pod")}
+
+
+def test_recording_rules_give_the_upstream_ratios_per_model_and_per_pod(promtool: str, tmp_path: Path) -> None:
+    """Pod y serves vllm-58729's 1,178 null of 1,319 answers a minute and vllm-52833's 0 of 378 drafts accepted;
+    pod x the working comparison, 177 of 395, and no null answer."""
+    inputs = {
+        series("glmops_chat_completions_total", POD): counter((MINUTES, 1319)),
+        series("glmops_chat_null_content_total", POD): counter(),
+        series("glmops_chat_completions_total", OTHER_POD): counter((MINUTES, 1319)),
+        series("glmops_chat_null_content_total", OTHER_POD): counter((MINUTES, 1178)),
+        series("vllm:spec_decode_num_draft_tokens_total", POD): counter((MINUTES, 395)),
+        series("vllm:spec_decode_num_accepted_tokens_total", POD): counter((MINUTES, 177)),
+        series("vllm:spec_decode_num_draft_tokens_total", OTHER_POD): counter((MINUTES, 378)),
+        series("vllm:spec_decode_num_accepted_tokens_total", OTHER_POD): counter(),
+        series("glmops_canary_check_passed", {**GLMD, "pod": "glm-5d9c-x", "check": "gsm8k"}): gauge((1, 1)),
+        series("glmops_canary_check_passed", {**GLMD, "pod": "glm-5d9c-y", "check": "gsm8k"}): gauge((1, 0)),
+        series("glmops_canary_check_passed", {**GLMD, "pod": "glm-5d9c-x", "check": "smoke"}): gauge((1, 1)),
+        series("glmops_canary_check_passed", {**GLMD, "pod": "glm-5d9c-y", "check": "smoke"}): gauge((1, 1)),
+    }
+    x, y = _recorded_labels(POD), _recorded_labels(OTHER_POD)
+    level, per_pod = "namespace_glmdeployment_model_name", "namespace_glmdeployment_model_name_pod"
+    deployment = {"namespace": "team-a", "glmdeployment": "glm"}
+    expected = {
+        f"{level}:glmops_chat_null_content:ratio_rate": [(MODEL, 1178 / 2638)],
+        f"{per_pod}:glmops_chat_null_content:ratio_rate": [(x, 0.0), (y, 1178 / 1319)],
+        f"{level}:glmops_chat_completions:rate": [(MODEL, 2638 / 60)],
+        f"{per_pod}:glmops_chat_completions:rate": [(x, 1319 / 60), (y, 1319 / 60)],
+        f"{level}:vllm_spec_decode_draft_acceptance:ratio_rate": [(MODEL, 177 / 773)],
+        f"{per_pod}:vllm_spec_decode_draft_acceptance:ratio_rate": [(x, 177 / 395), (y, 0.0)],
+        f"{level}:vllm_spec_decode_num_draft_tokens:rate": [(MODEL, 773 / 60)],
+        f"{per_pod}:vllm_spec_decode_num_draft_tokens:rate": [(x, 395 / 60), (y, 378 / 60)],
+        "namespace_glmdeployment_check:glmops_canary_check_failing_pods:ratio": [
+            ({**deployment, "check": "gsm8k"}, 0.5),
+            ({**deployment, "check": "smoke"}, 0.0),
+        ],
+    }
+    assert set(expected) == {r.record for r in RECORDINGS}, "every recording rule has a case"
+    proc = _promtool_test(promtool, tmp_path, _recorded(inputs, 30, expected))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # and the check can fail: pod y's null share is not pod x's
+    wrong = {f"{per_pod}:glmops_chat_null_content:ratio_rate": [(x, 1178 / 1319), (y, 0.0)]}
+    assert _promtool_test(promtool, tmp_path, _recorded(inputs, 30, wrong)).returncode != 0
+
+
+def test_alerts_that_read_recorded_series_refuse_the_recording_rules_switched_off(helm: str) -> None:
+    off = "monitoring.prometheusRule.recordingRules.enabled=false"
+    proc = _template(helm, *MONITORING_ON, off, check=False)
+    assert proc.returncode != 0 and "GLMOpsNullContentHigh read the recorded series" in proc.stderr
+    with pytest.raises(ValueError, match="GLMOpsNullContentHigh, GLMOpsSpecDecodeAcceptanceLow, GLMOpsCanaryFailing"):
+        rule_groups(
+            VALUES.replace(
+                "recordingRules:\n      # -- Ship the recording rules.\n      enabled: true",
+                "recordingRules:\n      enabled: false",
+            )
+        )
+    readers = [f"monitoring.prometheusRule.alerts.{a.name}.enabled=false" for a in ALERTS if a.recorded]
+    groups = _objects(helm, *MONITORING_ON, off, *readers)["PrometheusRule/glmops"]["spec"]["groups"]
+    assert "glmops.recording" not in [g["name"] for g in groups]
+    assert all("alert" in r for g in groups for r in g["rules"])
+
+
+def test_the_recording_window_from_values_reaches_the_records_and_the_alerts_text(helm: str) -> None:
+    window = "monitoring.prometheusRule.recordingRules.window=30s"
+    groups = _objects(helm, *MONITORING_ON, window)["PrometheusRule/glmops"]["spec"]["groups"]
+    records = [r for g in groups for r in g["rules"] if "record" in r]
+    rates = [r for r in records if "rate(" in r["expr"]]
+    assert rates and all("[30s]" in r["expr"] and "[10m]" not in r["expr"] for r in rates)
+    null = next(r for g in groups for r in g["rules"] if r.get("alert") == "GLMOpsNullContentHigh")
+    assert "over the last 30s" in null["annotations"]["description"]
+
+
+def test_the_docs_count_the_alerts_shipped() -> None:
+    words = [
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+    ]
+    docs = (REPO / "docs" / "alerts.md").read_text()
+    said = re.search(r"glmops ships (\w+) Prometheus alerts", docs)
+    assert said is not None and words.index(said[1]) == len(ALERTS)

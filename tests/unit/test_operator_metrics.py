@@ -170,3 +170,48 @@ class RestrictedRegistry:
 
     def collect(self) -> Iterator[Metric]:
         return (family for family in self.registry.collect() if family.name in self.names)
+
+
+def _image(name: str, phase: str | None, building_since: str | None = None) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase} if phase else {}
+    if building_since:
+        status["conditions"] = [
+            {"type": "Built", "status": "False", "reason": "Building", "lastTransitionTime": building_since}
+        ]
+    return {"metadata": {"name": name}, "spec": {"image": "registry.test/vllm:x"}, "status": status}
+
+
+def test_image_build_phase_follows_the_glmimage_and_goes_with_it() -> None:
+    from glm_operator.handlers.glmimage import wake_users
+
+    def phases(name: str) -> dict[str, float | None]:
+        return {p: _value("glmops_glmimage_build_phase", {"glmimage": name, "phase": p}) for p in metrics.IMAGE_PHASES}
+
+    wake_users(_image("img-p", None), logger=None, memo=None, image_users={})  # type: ignore[arg-type]
+    assert phases("img-p") == {"Pending": 1, "Building": 0, "Succeeded": 0, "Failed": 0}
+    wake_users(_image("img-p", "Failed"), logger=None, memo=None, image_users={}, type="MODIFIED")  # type: ignore[arg-type]
+    assert phases("img-p") == {"Pending": 0, "Building": 0, "Succeeded": 0, "Failed": 1}
+    metrics.record_image(_image("img-keep", "Building"))
+    wake_users(_image("img-p", "Failed"), logger=None, memo=None, image_users={}, type="DELETED")  # type: ignore[arg-type]
+    assert set(phases("img-p").values()) == {None}
+    assert _value("glmops_glmimage_build_phase", {"glmimage": "img-keep", "phase": "Building"}) == 1
+
+
+def test_build_duration_is_observed_once_the_build_ends_by_result() -> None:
+    def count(result: str) -> float:
+        return _value("glmops_glmimage_build_duration_seconds_count", {"result": result}) or 0.0
+
+    def total(result: str) -> float:
+        return _value("glmops_glmimage_build_duration_seconds_sum", {"result": result}) or 0.0
+
+    start = datetime.datetime(2026, 12, 3, 8, 0, tzinfo=datetime.UTC)
+    body = _image("img-d", "Building", "2026-12-03T08:00:00Z")
+    before = {r: (count(r), total(r)) for r in ("succeeded", "failed")}
+    metrics.record_build_finished(body, {}, now=start.timestamp() + 60)  # still running: nothing
+    metrics.record_build_finished(body, {"phase": "Succeeded"}, now=start.timestamp() + 1500)
+    assert (count("succeeded"), total("succeeded")) == (before["succeeded"][0] + 1, before["succeeded"][1] + 1500)
+    metrics.record_build_finished(body, {"phase": "Failed"}, now=start.timestamp() + 7200)
+    assert (count("failed"), total("failed")) == (before["failed"][0] + 1, before["failed"][1] + 7200)
+    # a GLMImage found already built in the registry never ran a build: no duration
+    metrics.record_build_finished(_image("img-r", None), {"phase": "Succeeded"}, now=start.timestamp())
+    assert count("succeeded") == before["succeeded"][0] + 1

@@ -312,3 +312,31 @@ def test_the_charts_server_serves_through_the_same_guard_and_stays_ready(
             await served.aclose()
 
     asyncio.run(run())
+
+
+def test_the_handlers_time_is_observed_by_webhook_and_result_and_a_failure_counts_as_error(tmp_path: Path) -> None:
+    from prometheus_client import REGISTRY
+
+    def sample(suffix: str, result: str) -> float:
+        labels = {"webhook": "glmops-validate", "result": result}
+        return REGISTRY.get_sample_value(f"glmops_webhook_request_duration_seconds_{suffix}", labels) or 0.0
+
+    calls: list[str] = []
+
+    async def slow_then_broken(data: Any, **kwargs: Any) -> dict[str, Any]:
+        calls.append(kwargs["webhook"])
+        if len(calls) > 1:
+            raise RuntimeError("a bug in a handler")
+        await asyncio.sleep(0.3)
+        return await _answer(data)
+
+    async def scenario(port: int) -> None:
+        assert (await asyncio.to_thread(_post, port, VALID))[0] == 200
+        assert (await asyncio.to_thread(_post, port, VALID))[0] == 400
+
+    before = {(s, r): sample(s, r) for s in ("count", "sum") for r in ("ok", "error")}
+    serve_while(guarded_server(tmp_path, SERVING, limits=LIMITS), slow_then_broken, scenario)
+    assert sample("count", "ok") == before["count", "ok"] + 1
+    assert sample("sum", "ok") - before["sum", "ok"] >= 0.3
+    assert sample("count", "error") == before["count", "error"] + 1
+    assert calls == ["glmops-validate", "glmops-validate"]

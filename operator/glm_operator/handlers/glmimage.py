@@ -14,6 +14,7 @@ from glm_operator.api import GROUP, PLURAL, VERSION
 from glm_operator.api.glmimage import IMAGE_PLURAL, ImagePhase
 from glm_operator.handlers.glmdeployment import refresh
 from glm_operator.handlers.runtime import REGISTRATION, runtime
+from glm_operator.k8s import metrics
 from glm_operator.k8s.imagebuild import follow_build, start_build
 from glm_operator.render.imagebuild import planned_image
 
@@ -31,6 +32,7 @@ def follow(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> Non
     """Record the build Job's outcome once it finished: the digest, or the reason and log tail."""
     status = follow_build(dict(body), runtime(memo).image_build)
     patch.status.update(status)
+    metrics.record_build_finished(body, status)
     if status:
         built = next(c for c in status["conditions"] if c["type"] == "Built")
         (kopf.info if built["status"] == "True" else kopf.warn)(body, reason=built["reason"], message=built["message"])
@@ -50,6 +52,10 @@ def image_users(
 
 def wake_users(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **kwargs: Any) -> None:
     """A GLMImage changed (or was deleted, to rebuild): reconcile every deployment running its image."""
+    if kwargs.get("type") == "DELETED":
+        metrics.forget_image(body.get("metadata", {}).get("name", ""))
+    else:
+        metrics.record_image(body)
     users: kopf.Index[str, tuple[str, str]] = kwargs["image_users"]  # kopf passes indexes by their id
     for namespace, name in list(users.get(body.get("spec", {}).get("image", ""), [])):
         refresh(namespace, name, runtime(memo), logger)

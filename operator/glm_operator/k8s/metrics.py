@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -87,6 +88,25 @@ WEBHOOK_CERT_EXPIRY = Gauge(
     "glmops_webhook_certificate_expiry_timestamp_seconds",
     "When the serving certificate the admission webhook serves now expires (Unix time).",
 )
+IMAGE_BUILD_PHASE = Gauge(
+    "glmops_glmimage_build_phase",
+    "1 for the phase a GLMImage's build is in now (Pending, Building, Succeeded, Failed), 0 for the others.",
+    ["glmimage", "phase"],
+)
+IMAGE_BUILD_SECONDS = Histogram(
+    "glmops_glmimage_build_duration_seconds",
+    "Time from a GLMImage's build Job being created to its outcome, by result (succeeded, failed).",
+    ["result"],
+    buckets=(60, 300, 600, 900, 1200, 1800, 2700, 3600, 5400, 7200, 10800),
+)
+IMAGE_PHASES = ("Pending", "Building", "Succeeded", "Failed")
+WEBHOOK_SECONDS = Histogram(
+    "glmops_webhook_request_duration_seconds",
+    "Time the admission handler took to answer a well-formed AdmissionReview, by webhook (the path's id) and result "
+    "(ok; error: it raised and the API server got a 400).",
+    ["webhook", "result"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
 # A finding's severity, as the outcome a person sees at admission.
 FINDING_OUTCOMES = {"error": "refused", "warning": "warned", "remediated": "repaired"}
 
@@ -104,6 +124,7 @@ LABELLED: tuple[tuple[Counter | Gauge, tuple[str, ...]], ...] = (
     (CONDITION, (*DEPLOYMENT, "type", "status")),
     (REPLICAS_DESIRED, DEPLOYMENT),
     (REPLICAS_READY, DEPLOYMENT),
+    (IMAGE_BUILD_PHASE, ("glmimage", "phase")),
 )
 
 
@@ -141,6 +162,33 @@ def record_deployment(body: Mapping[str, Any]) -> None:
         kind, now = str(condition.get("type", "")), str(condition.get("status", "Unknown"))
         for each in CONDITION_STATUSES:
             CONDITION.labels(namespace, name, kind, each).set(1 if now == each else 0)
+
+
+def record_image(body: Mapping[str, Any]) -> None:
+    """The build phase gauge of a GLMImage as last watched (no phase yet: Pending)."""
+    name = str((body.get("metadata") or {}).get("name", ""))
+    now = str((body.get("status") or {}).get("phase") or "Pending")
+    for phase in IMAGE_PHASES:
+        IMAGE_BUILD_PHASE.labels(name, phase).set(1 if now == phase else 0)
+
+
+def record_build_finished(body: Mapping[str, Any], status: Mapping[str, Any], now: float | None = None) -> None:
+    """A build's duration once `status` (what the follow-up writes) ends it: since the Job was created, when the
+    Built condition of `body` (the GLMImage before the write) turned to reason Building."""
+    phase = status.get("phase")
+    if phase not in ("Succeeded", "Failed"):
+        return
+    conditions = (body.get("status") or {}).get("conditions") or ()
+    built = next((c for c in conditions if c.get("type") == "Built" and c.get("reason") == "Building"), None)
+    if built is None or not built.get("lastTransitionTime"):
+        return
+    start = datetime.fromisoformat(str(built["lastTransitionTime"]).replace("Z", "+00:00")).timestamp()
+    elapsed = (time.time() if now is None else now) - start
+    IMAGE_BUILD_SECONDS.labels(str(phase).lower()).observe(max(elapsed, 0.0))
+
+
+def forget_image(name: str) -> None:
+    _forget({"glmimage": name})
 
 
 def record_admission(webhook: str, allowed: bool, findings: Iterable[tuple[str, str]]) -> None:

@@ -19,6 +19,7 @@ import contextvars
 import logging
 import ssl
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,7 +38,7 @@ from glm_operator.k8s.admission_review import (
     refusal_review,
     too_large,
 )
-from glm_operator.k8s.metrics import WEBHOOK_CERT_EXPIRY
+from glm_operator.k8s.metrics import WEBHOOK_CERT_EXPIRY, WEBHOOK_SECONDS
 from glm_operator.k8s.webhook_certs import CertificateSource, sync_certificates_async
 from glm_operator.k8s.webhook_client_auth import ClientAuth
 from glm_operator.k8s.webhook_limits import ConnectionGuard, ConnectionLimits, GuardedSite
@@ -162,12 +163,15 @@ class GuardedWebhookServer(kopf.WebhookServer):
                 return aiohttp.web.json_response(denial, headers={"Connection": "close"})
             return aiohttp.web.Response(status=refusal.status, text=refusal.message + "\n")
         headers = dict(request.headers)
+        start = time.monotonic()
         try:
             # kopf types the review as its own TypedDict (not exported); parse_review checked that shape.
             response = await fn(review, webhook=webhook, sslpeer=sslpeer, headers=headers)  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001 (a well-formed review that still fails is our bug: logged, answered 4xx)
+            WEBHOOK_SECONDS.labels(webhook, "error").observe(time.monotonic() - start)
             log.exception("webhook %s failed on review %s", webhook, review["request"]["uid"])
             return aiohttp.web.Response(status=400, text="glmops could not process this AdmissionReview\n")
+        WEBHOOK_SECONDS.labels(webhook, "ok").observe(time.monotonic() - start)
         return aiohttp.web.json_response(response)
 
 

@@ -29,7 +29,10 @@ OPERATOR_JOB = "glmops-operator"
 VLLM_JOB = "glmops-vllm"
 # Placeholders the chart fills from the release rather than from monitoring.prometheusRule.alerts: each with the
 # plain rules file's value and the Helm variable the PrometheusRule template defines for it.
-CHART_PARAMS = {"operatorJob": (OPERATOR_JOB, "$operatorJob")}
+CHART_PARAMS = {"operatorJob": (OPERATOR_JOB, "$operatorJob"), "recordWindow": ("10m", "$recordWindow")}
+# Placeholders fixed by the recording rules, not configurable.
+# The recording rules' rate window (monitoring.prometheusRule.recordingRules.window), a placeholder like the others.
+RECORD_WINDOW = "${recordWindow}"
 # Keys of an alert's values that are not expression parameters.
 _FIXED_KEYS = ("enabled", "severity", "for")
 PER_MODEL = "namespace, glmdeployment, model_name"
@@ -53,6 +56,11 @@ class Alert:
         """The expression's parameters that values.yaml configures (not the chart's CHART_PARAMS)."""
         return tuple(p for p in Template(self.expr).get_identifiers() if p not in CHART_PARAMS)
 
+    @property
+    def recorded(self) -> tuple[str, ...]:
+        """The recorded series (RECORDINGS) the expression reads."""
+        return tuple(sorted(r for r in RECORDED if r in self.expr))
+
 
 def _ratio(numerator: str, denominator: str, by: str = PER_MODEL) -> str:
     return (
@@ -60,47 +68,88 @@ def _ratio(numerator: str, denominator: str, by: str = PER_MODEL) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Recording:
+    """A recorded series the alerts and dashboards share, named `level:metric:operations` (Prometheus' convention)."""
+
+    record: str
+    expr: str
+
+
+RECORDING_GROUP = "glmops.recording"
+PER_POD = f"{PER_MODEL}, pod"
+_LEVEL = {PER_MODEL: "namespace_glmdeployment_model_name", PER_POD: "namespace_glmdeployment_model_name_pod"}
+NULL_CONTENT_RATIO = f"{_LEVEL[PER_MODEL]}:glmops_chat_null_content:ratio_rate"
+COMPLETIONS_RATE = f"{_LEVEL[PER_MODEL]}:glmops_chat_completions:rate"
+ACCEPTANCE_RATIO = f"{_LEVEL[PER_MODEL]}:vllm_spec_decode_draft_acceptance:ratio_rate"
+CANARY_FAILING = "namespace_glmdeployment_check:glmops_canary_check_failing_pods:ratio"
+DRAFT_RATE = f"{_LEVEL[PER_MODEL]}:vllm_spec_decode_num_draft_tokens:rate"
+
+
+def _recorded_ratio(numerator: str, denominator: str, by: str) -> str:
+    return (
+        f"sum by ({by}) (rate({numerator}[{RECORD_WINDOW}]))\n/\nsum by ({by}) (rate({denominator}[{RECORD_WINDOW}]))\n"
+    )
+
+
+def _recorded_rate(metric: str, by: str) -> str:
+    return f"sum by ({by}) (rate({metric}[{RECORD_WINDOW}]))\n"
+
+
+def _recordings() -> tuple[Recording, ...]:
+    null, chats = "glmops_chat_null_content_total", "glmops_chat_completions_total"
+    accepted, drafts = "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total"
+    out = []
+    for by, level in _LEVEL.items():
+        out += [
+            Recording(f"{level}:glmops_chat_null_content:ratio_rate", _recorded_ratio(null, chats, by)),
+            Recording(f"{level}:glmops_chat_completions:rate", _recorded_rate(chats, by)),
+            Recording(
+                f"{level}:vllm_spec_decode_draft_acceptance:ratio_rate",
+                _recorded_ratio(accepted, drafts, by),
+            ),
+            Recording(f"{level}:vllm_spec_decode_num_draft_tokens:rate", _recorded_rate(drafts, by)),
+        ]
+    out.append(Recording(CANARY_FAILING, "1 - avg by (namespace, glmdeployment, check) (glmops_canary_check_passed)\n"))
+    return tuple(out)
+
+
+RECORDINGS = _recordings()
+RECORDED = frozenset(r.record for r in RECORDINGS)
+
+
 ALERTS: tuple[Alert, ...] = (
     Alert(
         name="GLMOpsNullContentHigh",
         group="glmops.serving",
-        expr=(
-            _ratio("glmops_chat_null_content_total", "glmops_chat_completions_total")
-            + " > ${maxRate}\nand\n"
-            + f"  sum by ({PER_MODEL}) (rate(glmops_chat_completions_total[${{window}}])) > ${{minRequestRate}}\n"
-        ),
+        expr=f"{NULL_CONTENT_RATIO} > ${{maxRate}}\nand\n{COMPLETIONS_RATE} > ${{minRequestRate}}\n",
         summary="{{ $labels.model_name }} in {{ $labels.namespace }}: {{ $value | humanizePercentage }} of chat "
         "answers have no content.",
         description=(
             "{{ $value | humanizePercentage }} of the chat completions of {{ $labels.model_name }} "
-            "(GLMDeployment {{ $labels.namespace }}/{{ $labels.glmdeployment }}) over the last ${window} had empty "
-            "content with the answer only in the reasoning (limit ${maxRate} of at least ${minRequestRate} "
+            "(GLMDeployment {{ $labels.namespace }}/{{ $labels.glmdeployment }}) over the last ${recordWindow} had "
+            "empty content with the answer only in the reasoning (limit ${maxRate} of at least ${minRequestRate} "
             "completions per second). Answers are wrong while /health stays green; vllm-58729 looked like this."
         ),
     ),
     Alert(
         name="GLMOpsSpecDecodeAcceptanceLow",
         group="glmops.serving",
-        expr=(
-            _ratio("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total")
-            + " < ${minAcceptance}\nand\n"
-            + f"  sum by ({PER_MODEL}) (rate(vllm:spec_decode_num_draft_tokens_total[${{window}}]))"
-            + " > ${minDraftTokenRate}\n"
-        ),
+        expr=f"{ACCEPTANCE_RATIO} < ${{minAcceptance}}\nand\n{DRAFT_RATE} > ${{minDraftTokenRate}}\n",
         summary="{{ $labels.model_name }} in {{ $labels.namespace }} accepts {{ $value | humanizePercentage }} of "
         "its speculative draft tokens.",
         description=(
             "Speculative decoding (MTP) of {{ $labels.model_name }} (GLMDeployment "
             "{{ $labels.namespace }}/{{ $labels.glmdeployment }}) accepted {{ $value | humanizePercentage }} of its "
-            "draft tokens over the last ${window} (limit ${minAcceptance}). Drafting is pure overhead; 0 % is the "
-            "vllm-52833 signature (BF16 MLA weights re-quantized by AITER's FP4/FP8 BMM on MI355X)."
+            "draft tokens over the last ${recordWindow} (limit ${minAcceptance}). Drafting is pure overhead; 0 % is "
+            "the vllm-52833 signature (BF16 MLA weights re-quantized by AITER's FP4/FP8 BMM on MI355X)."
         ),
     ),
     Alert(
         name="GLMOpsCanaryFailing",
         group="glmops.operator",
         expr=(
-            "min by (namespace, glmdeployment, check) (min_over_time(glmops_canary_check_passed[${window}])) == 0\n"
+            f"max_over_time({CANARY_FAILING}[${{window}}]) > 0\n"
             "and on (namespace, glmdeployment)\n"
             'sum by (namespace, glmdeployment) (increase(glmops_canary_runs_total{result="fail"}[${window}])) > 0\n'
         ),
@@ -141,6 +190,34 @@ ALERTS: tuple[Alert, ...] = (
         ),
     ),
     Alert(
+        name="GLMOpsDeploymentStuckBuilding",
+        group="glmops.operator",
+        expr=(
+            "max by (namespace, glmdeployment) "
+            '(glmops_glmdeployment_condition{type="ImageBuilding", status="True"}) == 1\n'
+        ),
+        summary="GLMDeployment {{ $labels.namespace }}/{{ $labels.glmdeployment }} has waited for its image for "
+        "${for}.",
+        description=(
+            "The ImageBuilding condition of GLMDeployment {{ $labels.namespace }}/{{ $labels.glmdeployment }} has "
+            "been True for ${for}, longer than a build Job may run (imageBuild.deadlineSeconds): its workload is not "
+            "rendered and no pod of it starts. The GLMImage it waits for and its build Job say why: "
+            "kubectl get glmimage -o yaml."
+        ),
+    ),
+    Alert(
+        name="GLMOpsImageBuildFailed",
+        group="glmops.operator",
+        expr='max by (glmimage) (glmops_glmimage_build_phase{phase="Failed"}) == 1\n',
+        summary="The build of GLMImage {{ $labels.glmimage }} failed.",
+        description=(
+            "GLMImage {{ $labels.glmimage }} is Failed: its build Job ended without pushing an image, and a Failed "
+            "image stays failed until it is deleted. Every GLMDeployment that runs its image waits with "
+            "ImageBuilding False and starts no pod. Its Built condition and status.logTail say why: "
+            "kubectl get glmimage {{ $labels.glmimage }} -o yaml."
+        ),
+    ),
+    Alert(
         name="GLMOpsDeploymentUnavailable",
         group="glmops.operator",
         expr=(
@@ -167,6 +244,42 @@ ALERTS: tuple[Alert, ...] = (
             "The certificate the glmops admission webhook serves (operator pod {{ $labels.pod }}) expires in "
             "{{ $value | humanizeDuration }} (limit ${minDaysLeft} days). Once it has expired the API server "
             "cannot call the webhook and, with failurePolicy Fail, refuses every GLMDeployment change."
+        ),
+    ),
+    Alert(
+        name="GLMOpsWebhookErrors",
+        group="glmops.operator",
+        expr=(
+            "(\n"
+            '  sum by (webhook) (rate(glmops_webhook_request_duration_seconds_count{result="error"}[${window}]))\n'
+            "/\n"
+            "  sum by (webhook) (rate(glmops_webhook_request_duration_seconds_count[${window}]))\n"
+            ") > ${maxErrorRatio}\n"
+        ),
+        summary="The glmops admission webhook {{ $labels.webhook }} fails {{ $value | humanizePercentage }} of "
+        "its reviews.",
+        description=(
+            "The operator's admission handler {{ $labels.webhook }} raised on {{ $value | humanizePercentage }} of "
+            "the AdmissionReviews it got over the last ${window} (limit ${maxErrorRatio}) and answered them 400. "
+            "With failurePolicy Fail the API server refuses those GLMDeployment changes; the operator's log has the "
+            "traceback (webhook ... failed on review ...)."
+        ),
+    ),
+    Alert(
+        name="GLMOpsWebhookSlow",
+        group="glmops.operator",
+        expr=(
+            "histogram_quantile(0.99,\n"
+            "  sum by (webhook, le) (rate(glmops_webhook_request_duration_seconds_bucket[${window}]))\n"
+            ") > ${maxSeconds}\n"
+        ),
+        summary="The glmops admission webhook {{ $labels.webhook }} takes {{ $value | humanizeDuration }} at "
+        "its 99th percentile.",
+        description=(
+            "99 % of the AdmissionReviews the operator's handler {{ $labels.webhook }} answered over the last "
+            "${window} took up to {{ $value | humanizeDuration }} (limit ${maxSeconds} s). Past the webhook's "
+            "timeoutSeconds (10 s by default) the API server gives up and, with failurePolicy Fail, refuses the "
+            "change."
         ),
     ),
     Alert(
@@ -241,17 +354,32 @@ def _groups() -> dict[str, list[Alert]]:
     return groups
 
 
+RECORDING_OFF = (
+    "monitoring.prometheusRule.recordingRules.enabled: false: alerts {} read the recorded series "
+    "(docs/alerts.md, Recording rules). Switch those alerts off too, or the recording rules on."
+)
+
+
 def rule_groups(values_text: str, runbook_base: str = DEFAULT_RUNBOOK_BASE) -> list[dict[str, Any]]:
     """The enabled rule groups with the parameters of values.yaml."""
     configured = alert_values(values_text)
-    out = []
+    recording_rules = yaml.safe_load(values_text)["monitoring"]["prometheusRule"]["recordingRules"]
+    recording = bool(recording_rules["enabled"])
+    chart = {k: plain for k, (plain, _) in CHART_PARAMS.items()} | {"recordWindow": str(recording_rules["window"])}
+    needing = [a.name for a in ALERTS if a.recorded and configured[a.name]["enabled"]]
+    if needing and not recording:
+        raise ValueError(RECORDING_OFF.format(", ".join(needing)))
+    out: list[dict[str, Any]] = []
+    if recording:
+        rules = [{"record": r.record, "expr": Template(r.expr).substitute(chart)} for r in RECORDINGS]
+        out.append({"name": RECORDING_GROUP, "rules": rules})
     for group, alerts in _groups().items():
         rules = []
         for alert in alerts:
             cfg = configured[alert.name]
             if not cfg["enabled"]:
                 continue
-            params = {p: _number(cfg[p]) for p in alert.params} | {k: plain for k, (plain, _) in CHART_PARAMS.items()}
+            params = {p: _number(cfg[p]) for p in alert.params} | chart
             runbook = f"{runbook_base.rstrip('/')}#{alert.anchor}"
             rules.append(_rule(alert, params, runbook, str(cfg["severity"]), str(cfg["for"])))
         if rules:
@@ -311,6 +439,7 @@ def render_prometheus_rule_template() -> str:
         "{{- $alerts := $rule.alerts }}",
         '{{- $runbook := trimSuffix "/" $rule.runbookBaseUrl }}',
         '{{- $operatorJob := include "glmops.operatorJob" . }}',
+        "{{- $recordWindow := $rule.recordingRules.window }}",
         "apiVersion: monitoring.coreos.com/v1",
         "kind: PrometheusRule",
         "metadata:",
@@ -324,6 +453,21 @@ def render_prometheus_rule_template() -> str:
         "spec:",
         "  groups:",
     ]
+    needing = " ".join(f'"{a.name}"' for a in ALERTS if a.recorded)
+    message = RECORDING_OFF.format("%s")
+    lines += [
+        "{{- if not $rule.recordingRules.enabled }}",
+        f'{{{{- range list {needing} }}}}{{{{- if dig . "enabled" false $alerts }}}}',
+        f'{{{{- fail (printf "{message}" .) }}}}',
+        "{{- end }}{{- end }}",
+        "{{- else }}",
+        f"    - name: {RECORDING_GROUP}",
+        "      rules:",
+    ]
+    window = {"recordWindow": "{{ $recordWindow }}"}
+    recorded = _dump([{"record": r.record, "expr": Template(r.expr).substitute(window)} for r in RECORDINGS])
+    lines += [f"        {line}" for line in recorded.splitlines()]
+    lines.append("{{- end }}")
     for group, alerts in _groups().items():
         switches = " ".join(f'(dig "{a.name}" "enabled" false $alerts)' for a in alerts)
         lines += [f"{{{{- if or {switches} }}}}", f"    - name: {group}", "      rules:"]
