@@ -237,7 +237,65 @@ def _fake_authorizer(monkeypatch: pytest.MonkeyPatch, allowed: set[str]) -> list
 
     monkeypatch.setattr(k8s_access.kubernetes.client, "AuthorizationV1Api", Api)
     monkeypatch.setattr(k8s_access, "api_client", lambda: None)
+    monkeypatch.setattr(k8s_access, "GRANTED", k8s_access.GrantedRights())  # nothing remembered from other tests
     return asked
+
+
+def test_a_granted_right_is_remembered_for_its_ttl_and_asked_again_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = _fake_authorizer(monkeypatch, allowed={"mine"})
+    now = [100.0]
+    granted = k8s_access.GrantedRights(clock=lambda: now[0])
+    needs = [AccessNeed("a", "get", "secrets", "mine")]
+    alice = {"username": "alice", "uid": "u1", "groups": ["team-a"]}
+    for _ in range(3):
+        assert k8s_access.denied(needs, "ns", alice, granted) == []
+    assert len(asked) == 1
+    now[0] += k8s_access.ALLOWED_TTL_S
+    assert k8s_access.denied(needs, "ns", alice, granted) == []
+    assert len(asked) == 2
+
+
+def test_a_refusal_is_never_remembered_so_a_right_just_granted_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    allowed: set[str] = set()
+    asked = _fake_authorizer(monkeypatch, allowed=allowed)
+    granted = k8s_access.GrantedRights()
+    needs = [AccessNeed("a", "get", "secrets", "theirs")]
+    assert len(k8s_access.denied(needs, "ns", {"username": "alice"}, granted)) == 1
+    allowed.add("theirs")  # the administrator grants it
+    assert k8s_access.denied(needs, "ns", {"username": "alice"}, granted) == []
+    assert len(asked) == 2
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        ({"username": "bob", "uid": "u1", "groups": ["team-a"]}, "ns", "mine"),
+        ({"username": "alice", "uid": "u2", "groups": ["team-a"]}, "ns", "mine"),
+        ({"username": "alice", "uid": "u1", "groups": ["team-b"]}, "ns", "mine"),
+        ({"username": "alice", "uid": "u1", "groups": ["team-a"], "extra": {"scopes": ["x"]}}, "ns", "mine"),
+        ({"username": "alice", "uid": "u1", "groups": ["team-a"]}, "other-ns", "mine"),
+        ({"username": "alice", "uid": "u1", "groups": ["team-a"]}, "ns", "also-mine"),
+    ],
+)
+def test_a_right_granted_to_one_user_object_and_namespace_is_not_lent_to_another(
+    monkeypatch: pytest.MonkeyPatch, other: tuple[dict[str, Any], str, str]
+) -> None:
+    asked = _fake_authorizer(monkeypatch, allowed={"mine", "also-mine"})
+    granted = k8s_access.GrantedRights()
+    alice = {"username": "alice", "uid": "u1", "groups": ["team-a"]}
+    k8s_access.denied([AccessNeed("a", "get", "secrets", "mine")], "ns", alice, granted)
+    userinfo, namespace, name = other
+    k8s_access.denied([AccessNeed("a", "get", "secrets", name)], namespace, userinfo, granted)
+    assert len(asked) == 2
+
+
+def test_the_rights_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(k8s_access, "ALLOWED_ENTRIES", 3)
+    granted = k8s_access.GrantedRights()
+    keys = [granted.key(AccessNeed("a", "get", "secrets", f"s{i}"), "ns", {"username": "alice"}) for i in range(5)]
+    for key in keys:
+        granted.grant(key)
+    assert [granted.granted(k) for k in keys] == [False, False, True, True, True]
 
 
 def test_only_the_needs_the_api_server_denies_are_returned(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import socket
@@ -14,6 +15,7 @@ from typing import Any
 import kopf
 
 from glm_operator.api.constants import MANAGED, SERVING, selector
+from glm_operator.handlers import admission
 from glm_operator.handlers.runtime import REGISTRATION, Runtime
 from glm_operator.k8s import logs
 from glm_operator.k8s.metrics import serve_metrics
@@ -76,6 +78,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     except ValueError as err:  # a malformed setting: retrying cannot fix it
         raise kopf.PermanentError(str(err)) from err
     if server is not None:
+        server.answer = functools.partial(admission.answer, context=memo.runtime)
         settings.admission.server = server
         # The chart owns its webhook configurations: kopf must never write them, nor remove them on shutdown.
         settings.admission.managed = None if isinstance(server, SecretWebhookServer) else PREFIX

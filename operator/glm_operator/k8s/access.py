@@ -1,13 +1,18 @@
 """Whether the author of a GLMDeployment may do themselves what its fields ask of the operator.
 
 One SubjectAccessReview per object a field names (rules/access.py lists them), for the user of the
-AdmissionReview's userInfo, as the API server authorizes that user: RBAC, webhooks and all.
+AdmissionReview's userInfo, as the API server authorizes that user: RBAC, webhooks and all. A right granted is
+remembered for ALLOWED_TTL_S (a user applying again asks the API server once, not on every apply); a refusal is
+never remembered, so a right just granted counts at once.
 """
 
 from __future__ import annotations
 
+import json
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import kubernetes
@@ -21,6 +26,13 @@ answer need some of it. Past it, admission refuses (the user retries) rather tha
 MAX_REVIEWS = 64
 """At most this many distinct reviews per admission (16 volumes with a few projected sources, 16 pull secrets, the
 token, the ServiceAccount, the canary ConfigMap fit); objects beyond them are refused unasked."""
+
+
+ALLOWED_TTL_S = 10.0
+"""How long a granted right is taken as still granted: a right revoked counts within this (the API server's own
+webhook authorizer keeps an allowed answer 5 minutes by default, `--authorization-webhook-cache-authorized-ttl`)."""
+ALLOWED_ENTRIES = 4096
+"""At most this many granted rights remembered (the oldest are forgotten first): memory stays bounded."""
 
 
 class AccessCheckFailed(Exception):
@@ -47,8 +59,46 @@ def subject_access_review(need: AccessNeed, namespace: str, userinfo: Mapping[st
     return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
 
 
-def denied(needs: Sequence[AccessNeed], namespace: str, userinfo: Mapping[str, Any]) -> list[AccessNeed]:
+class GrantedRights:
+    """Rights the API server granted a user in the last ALLOWED_TTL_S, at most ALLOWED_ENTRIES of them."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._until: OrderedDict[tuple[str, ...], float] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(need: AccessNeed, namespace: str, userinfo: Mapping[str, Any]) -> tuple[str, ...]:
+        """Who (every part of the userInfo a review carries), where, and what."""
+        who = json.dumps([userinfo.get(k) for k in ("username", "uid", "groups", "extra")], sort_keys=True)
+        return (who, namespace, need.verb, need.resource, need.name)
+
+    def granted(self, key: tuple[str, ...]) -> bool:
+        with self._lock:
+            until = self._until.get(key)
+            if until is None:
+                return False
+            if until <= self.clock():
+                del self._until[key]
+                return False
+            return True
+
+    def grant(self, key: tuple[str, ...]) -> None:
+        with self._lock:
+            self._until[key] = self.clock() + ALLOWED_TTL_S
+            self._until.move_to_end(key)
+            while len(self._until) > ALLOWED_ENTRIES:
+                self._until.popitem(last=False)
+
+
+GRANTED = GrantedRights()
+
+
+def denied(
+    needs: Sequence[AccessNeed], namespace: str, userinfo: Mapping[str, Any], granted: GrantedRights | None = None
+) -> list[AccessNeed]:
     """The needs the user may not do; AccessCheckFailed when the API server cannot say."""
+    granted = granted or GRANTED
     api = kubernetes.client.AuthorizationV1Api(api_client())
     deadline = time.monotonic() + REVIEWS_BUDGET_S
     answers: dict[tuple[str, str, str], bool] = {}  # the same object named twice is asked once
@@ -56,7 +106,13 @@ def denied(needs: Sequence[AccessNeed], namespace: str, userinfo: Mapping[str, A
     for need in needs:
         key = (need.verb, need.resource, need.name)
         if key not in answers:
-            answers[key] = len(answers) < MAX_REVIEWS and _allowed(api, need, namespace, userinfo, deadline)
+            remembered = granted.key(need, namespace, userinfo)
+            if granted.granted(remembered):
+                answers[key] = True
+            else:
+                answers[key] = len(answers) < MAX_REVIEWS and _allowed(api, need, namespace, userinfo, deadline)
+                if answers[key]:
+                    granted.grant(remembered)
         if not answers[key]:
             out.append(need)
     return out

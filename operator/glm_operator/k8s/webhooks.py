@@ -20,7 +20,7 @@ import logging
 import ssl
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -56,6 +56,8 @@ LARGE_REVIEWS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="glmops-lar
 """Not kopf's pool, where reconciles block: one thread, so large reviews queue behind each other, not the rest."""
 _LARGE_REVIEW = contextvars.ContextVar("glmops_large_review", default=False)
 T = TypeVar("T")
+Answer = Callable[[dict[str, Any], str], Awaitable[dict[str, Any]]]
+"""Answers a checked AdmissionReview for one of our webhooks (its id): `handlers/admission.py` `answer`."""
 
 
 def large_review() -> bool:
@@ -84,6 +86,8 @@ class GuardedWebhookServer(kopf.WebhookServer):
         super().__init__(**kwargs)
         self.client_auth = client_auth
         self.guard = ConnectionGuard(limits or ConnectionLimits())
+        self.answer: Answer | None = None
+        """Set by the operator: reviews are answered by it directly, not through kopf's per-call machinery."""
 
     async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
         """kopf's serving loop, with the connection guard's site (`k8s/webhook_limits.py`) in place of aiohttp's."""
@@ -162,11 +166,12 @@ class GuardedWebhookServer(kopf.WebhookServer):
             if denial is not None:  # the API server's own review: a denial it shows the user, whatever the policy
                 return aiohttp.web.json_response(denial, headers={"Connection": "close"})
             return aiohttp.web.Response(status=refusal.status, text=refusal.message + "\n")
-        headers = dict(request.headers)
         start = time.monotonic()
         try:
-            # kopf types the review as its own TypedDict (not exported); parse_review checked that shape.
-            response = await fn(review, webhook=webhook, sslpeer=sslpeer, headers=headers)  # type: ignore[arg-type]
+            if self.answer is not None:
+                response: Mapping[str, Any] = await self.answer(review, webhook)
+            else:  # kopf types the review as its own TypedDict (not exported); parse_review checked that shape
+                response = await fn(review, webhook=webhook, sslpeer=sslpeer, headers=dict(request.headers))  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001 (a well-formed review that still fails is our bug: logged, answered 4xx)
             WEBHOOK_SECONDS.labels(webhook, "error").observe(time.monotonic() - start)
             log.exception("webhook %s failed on review %s", webhook, review["request"]["uid"])
