@@ -16,7 +16,9 @@ exactly the expected admission, and not at all in `none`).
 `engine`: `glm_operator.rules.engine.admit` alone on a varied set of objects (every sample, and variations of
 accelerator, model, parallelism, version and remediation policy; admitted, repaired and refused ones).
 
-Targets: the webhook's p99 create latency within 3x of the CEL policy's; the engine's p99 under 1 ms.
+Targets: the webhooks' added p50 within 5 ms and their p99 create latency within 2x the CEL policy's (issue 28 item 6;
+issue 16's was 3x); the engine's p99 under 1 ms. The time per webhook call, as the API server measured each round trip
+and as the operator measured its answer, says where the added latency goes.
 Run: `.venv/bin/python bench/admission.py [api|engine|all] [--creates 1000]`. Prints JSON; exits 1 on a miss.
 """
 
@@ -34,7 +36,7 @@ from typing import Any
 
 import requests
 import yaml
-from bench.harness import GROUP_PATH, REPO, Cluster, Operator, emit, log, percentile
+from bench.harness import GROUP_PATH, METRICS_PORT, REPO, Cluster, Operator, emit, log, percentile
 
 from glm_operator.rules.context import Catalogs
 from glm_operator.rules.engine import admit
@@ -305,7 +307,12 @@ def bench_api(creates: int, warmup: int) -> dict[str, Any]:
         log(f"refused by, per namespace, before: {before}")
         assert before == {"none": "", "cel": "cel", "webhook": "webhook"}, before
         run_creates(cluster, warmup)
+        calls_before = webhook_calls(cluster)
         times = run_creates(cluster, creates)
+        calls = {
+            k: (v[0] - calls_before.get(k, (0.0, 0.0))[0], v[1] - calls_before.get(k, (0.0, 0.0))[1])
+            for k, v in webhook_calls(cluster).items()
+        }
         after = check_scoping(cluster)
         assert after == before, f"scoping changed during the run: {after}"
     finally:
@@ -319,6 +326,7 @@ def bench_api(creates: int, warmup: int) -> dict[str, Any]:
         stats[m]["added_p50_ms"] = round(stats[m]["p50_ms"] - stats["none"]["p50_ms"], 3)
         stats[m]["added_p99_ms"] = round(stats[m]["p99_ms"] - stats["none"]["p99_ms"], 3)
     ratio = stats["webhook"]["p99_ms"] / stats["cel"]["p99_ms"]
+    added_p50 = stats["webhook"]["added_p50_ms"]
     return {
         "requests": "server-side dry-run creates (dryRun=All): mutating and validating admission run, nothing stored",
         "scoping_checked": before,
@@ -328,9 +336,40 @@ def bench_api(creates: int, warmup: int) -> dict[str, Any]:
         "added_p99_webhook_over_cel": round(
             stats["webhook"]["added_p99_ms"] / max(stats["cel"]["added_p99_ms"], 1e-3), 3
         ),
-        "target": "webhook p99 within 3x of the CEL policy's",
-        "met": ratio <= 3.0,
+        "mean_ms_per_call": {k: round(1000 * total / count, 3) for k, (total, count) in sorted(calls.items()) if count},
+        "target": "the webhooks' added p50 within 5 ms, their p99 within 2x the CEL policy's",
+        "met": added_p50 <= 5.0 and ratio <= 2.0,
     }
+
+
+def webhook_calls(cluster: Cluster) -> dict[str, tuple[float, float]]:
+    """(seconds, calls) so far per webhook: as the API server timed each call, and as the operator timed its answer."""
+    out: dict[str, tuple[float, float]] = {}
+
+    def add(key: str, suffix: str, value: float) -> None:
+        total, count = out.get(key, (0.0, 0.0))
+        out[key] = (total + value, count) if suffix == "sum" else (total, count + value)
+
+    text = cluster.session().get(f"{cluster.base}/metrics", timeout=30).text
+    for name, labels, value in _samples(text, "apiserver_admission_webhook_admission_duration_seconds"):
+        add(f"api server round trip, {labels['name'].split('.')[0]}", name.rsplit("_", 1)[1], value)
+    text = requests.get(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=30).text
+    for name, labels, value in _samples(text, "glmops_webhook_request_duration_seconds"):
+        add(f"operator answer, {labels['webhook']}", name.rsplit("_", 1)[1], value)
+    return out
+
+
+def _samples(text: str, histogram: str) -> list[tuple[str, dict[str, str], float]]:
+    """The _sum and _count samples of `histogram` in a Prometheus text exposition."""
+    found = []
+    for line in text.splitlines():
+        name, _, rest = line.partition("{")
+        if name not in (f"{histogram}_sum", f"{histogram}_count"):
+            continue
+        labels_text, _, value = rest.rpartition("} ")
+        labels = dict(part.split("=", 1) for part in labels_text.split('",') if "=" in part)
+        found.append((name, {k: v.strip('"') for k, v in labels.items()}, float(value)))
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
