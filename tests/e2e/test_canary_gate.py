@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from glm_operator.api.constants import CANARY_CONDITION, Reason
 from tests.conftest import TEST_METRICS_PORT
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.support.cluster import REPO, Kubectl, eventually
@@ -55,9 +56,9 @@ def test_a_healthy_deployment_becomes_ready_after_its_canaries(kubectl: Kubectl,
         what="the summary",
     )
     pod = _pods(kubectl, namespace, name)[0]
-    assert _conds(pod)["glmops.dev/canary"]["reason"] == "CanaryPassed"
+    assert _conds(pod)[CANARY_CONDITION]["reason"] == Reason.CANARY_PASSED
     events = kubectl.run("get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}").stdout
-    assert "CanaryPassed" in events
+    assert Reason.CANARY_PASSED in events
 
 
 @pytest.fixture
@@ -110,7 +111,7 @@ def test_a_broken_config_that_slips_past_admission_never_becomes_ready(
     assert null_rate > 0.5, "the report's signature: most answers only in the reasoning field"
     pod = _pods(kubectl, namespace, "slipped")[0]
     assert _conds(pod)["Ready"]["status"] == "False"
-    assert "null-content" in _conds(pod)["glmops.dev/canary"]["message"]
+    assert "null-content" in _conds(pod)[CANARY_CONDITION]["message"]
     glmd = kubectl.get("glmd", "slipped", namespace)
     assert glmd["status"].get("readyReplicas", 0) == 0
 
@@ -159,7 +160,7 @@ def test_a_rolling_update_to_a_broken_config_never_takes_traffic(
 
     def new_pod_failed() -> dict[str, Any]:
         pods = [p for p in _pods(kubectl, namespace, "roll") if p["metadata"]["name"] not in old]
-        assert pods and _conds(pods[0]).get("glmops.dev/canary", {}).get("status") == "False", pods
+        assert pods and _conds(pods[0]).get(CANARY_CONDITION, {}).get("status") == "False", pods
         return pods[0]
 
     eventually(new_pod_failed, timeout=120, what="the new pod to fail its canaries")
@@ -215,8 +216,8 @@ def test_a_ready_pod_that_degrades_is_taken_out_after_consecutive_failed_recheck
         return current
 
     current = eventually(out_of_service, timeout=120, what="the degraded pod to be taken out")
-    assert _conds(current)["glmops.dev/canary"]["reason"] == "CanaryFailed"
-    assert "null-content" in _conds(current)["glmops.dev/canary"]["message"]
+    assert _conds(current)[CANARY_CONDITION]["reason"] == Reason.CANARY_FAILED
+    assert "null-content" in _conds(current)[CANARY_CONDITION]["message"]
     # readyReplicas follows the Deployment's status, which follows the pod: wait for it rather than read it once.
     assert eventually(
         lambda: kubectl.get("glmd", "degrades", namespace)["status"]["readyReplicas"] == 0,
@@ -242,17 +243,17 @@ def test_a_pod_whose_api_is_broken_is_held_out_with_the_reason_and_rejoins_once_
         pods = _pods(kubectl, namespace, "broken-api")
         assert len(pods) == 1, pods
         pod = pods[0]
-        gate = _conds(pod).get("glmops.dev/canary") or {}
-        assert gate.get("reason") == "CanaryUnreachable", gate
+        gate = _conds(pod).get(CANARY_CONDITION) or {}
+        assert gate.get("reason") == Reason.CANARY_UNREACHABLE, gate
         return pod
 
     pod = eventually(held_out, timeout=120, what="the pod to be held out as unreachable")
-    assert "HTTP 500" in _conds(pod)["glmops.dev/canary"]["message"]
+    assert "HTTP 500" in _conds(pod)[CANARY_CONDITION]["message"]
     assert _conds(pod)["Ready"]["status"] == "False"
     report = kubectl.get("glmd", "broken-api", namespace)["status"]["canary"]["pods"][pod["metadata"]["name"]]
     assert report["passed"] is False and report["failed"] == ["unreachable"] and "HTTP 500" in report["message"]
     events = kubectl.run("get", "events", "-n", namespace, "--field-selector", "involvedObject.name=broken-api").stdout
-    assert "CanaryUnreachable" in events
+    assert Reason.CANARY_UNREACHABLE in events
     metrics = httpx.get(f"http://127.0.0.1:{TEST_METRICS_PORT}/metrics").text
     assert f'glmdeployment="broken-api",namespace="{namespace}",result="unreachable"' in metrics
 

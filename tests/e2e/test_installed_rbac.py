@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from glm_operator.api.constants import CANARY_CONDITION, Reason
 from glm_operator.canary.gsm8k_data import generate
 from tests.conftest import ARTIFACTS, OperatorProcess
 from tests.support.builders import GLMDeploymentBuilder as B
@@ -186,10 +187,10 @@ def test_a_deployment_reconciles_passes_its_canaries_and_becomes_ready(
     glmd = eventually(ready, timeout=150, what="the deployment to pass its canaries as installed")
     assert _condition(glmd, "Ready")["status"] == "True"
     (pod,) = [p for p in kubectl.get("pods", namespace=ns)["items"] if p["metadata"]["name"].startswith("served")]
-    gate = next(c for c in pod["status"]["conditions"] if c["type"] == "glmops.dev/canary")
-    assert (gate["status"], gate["reason"]) == ("True", "CanaryPassed")
+    gate = next(c for c in pod["status"]["conditions"] if c["type"] == CANARY_CONDITION)
+    assert (gate["status"], gate["reason"]) == ("True", Reason.CANARY_PASSED)
     events = kubectl.run("get", "events", "-n", ns, "-o", "json").stdout
-    assert "CanaryPassed" in events, "kopf's Events on the GLMDeployment were posted"
+    assert Reason.CANARY_PASSED in events, "kopf's Events on the GLMDeployment were posted"
     # Drift: the owned Service deleted by hand comes back (the label-selected watch on owned objects).
     kubectl.run("delete", "service", "served", "-n", ns)
     eventually(lambda: kubectl.get("service", "served", ns), timeout=60, what="the deleted Service to be restored")
@@ -401,7 +402,7 @@ def test_the_gate_writer_writes_the_status_of_serving_pods_only(
         "spec": {"containers": [{"name": "c", "image": "busybox"}]},
     }
     kubectl.apply(pod)
-    condition = {"status": {"conditions": [{"type": "glmops.dev/canary", "status": "True"}]}}
+    condition = {"status": {"conditions": [{"type": CANARY_CONDITION, "status": "True"}]}}
     patch = ("patch", "pod", "bystander", "-n", release.work, "--subresource=status", "--type=strategic")
     proc = kubectl_as(cluster, release.token, *patch, "--dry-run=server", "-p", json.dumps(condition))
     _refused(proc, "write the status of a pod that is not a glmops serving pod")

@@ -50,7 +50,7 @@ import httpx
 import pytest
 import yaml
 
-from glm_operator.api.constants import CANARY_CONDITION, LABEL_DEPLOYMENT, VLLM_PORT
+from glm_operator.api.constants import CANARY_CONDITION, LABEL_DEPLOYMENT, VLLM_PORT, Reason
 from glm_operator.catalog.accelerators import load_accelerators
 from glm_operator.render.security import vllm_security_context
 from glm_operator.render.storage import revision_key
@@ -399,7 +399,7 @@ def test_the_random_model_fails_its_canaries_and_the_pod_stays_out_of_the_servic
     # The real kubelet reports the gate: the pod runs, answers on its IP, and is not Ready.
     current = served.pod()
     gate = _condition(current, CANARY_CONDITION)
-    assert (gate["status"], gate["reason"]) == ("False", "CanaryFailed") and "null-content" in gate["message"]
+    assert (gate["status"], gate["reason"]) == ("False", Reason.CANARY_FAILED) and "null-content" in gate["message"]
     assert _condition(current, "ContainersReady")["status"] == "True"
     assert _condition(current, "Ready")["status"] == "False"
     assert httpx.get(f"http://{pod_ip}:{VLLM_PORT}/health", timeout=10).status_code == 200
@@ -415,7 +415,7 @@ def test_the_random_model_fails_its_canaries_and_the_pod_stays_out_of_the_servic
     assert (ready["status"], ready["reason"]) == ("False", "NoReplicaReady")
     assert status["canary"]["summary"].startswith(f"0/1 pods passed; failing {pod_name}")
     events = kubectl.run("get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={NAME}").stdout
-    failure = [line for line in events.splitlines() if "CanaryFailed" in line]
+    failure = [line for line in events.splitlines() if Reason.CANARY_FAILED in line]
     assert failure and "null-content" in failure[0] and pod_name in failure[0], events
 
     metrics = httpx.get(f"http://127.0.0.1:{TEST_METRICS_PORT}/metrics", timeout=10).text

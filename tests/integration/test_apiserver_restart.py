@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from glm_operator.api.constants import CANARY_CONDITION, Reason
 from tests.conftest import OperatorProcess
 from tests.support.apiserver import apiserver_down
 from tests.support.builders import GLMDeploymentBuilder as B
@@ -116,13 +117,13 @@ def test_an_api_server_gone_during_a_canary_run_gets_the_gate_written_when_it_re
     def gate() -> tuple[dict[str, Any], dict[str, Any]]:
         (pod,) = serving_pods(kubectl, namespace, "restart-canary")
         conds = {c["type"]: c for c in pod["status"].get("conditions") or []}
-        assert conds.get("glmops.dev/canary", {}).get("status") == "True", conds.get("glmops.dev/canary")
+        assert conds.get(CANARY_CONDITION, {}).get("status") == "True", conds.get(CANARY_CONDITION)
         return pod, conds
 
     # The operator's part: the verdict written within seconds of the API server's return (it retries every 2 s).
     pod, conds = eventually(gate, timeout=GATE_WITHIN_S, interval=0.2, what="the gate written after the restart")
     gate_s = time.monotonic() - outage.ready_at
-    assert conds["glmops.dev/canary"]["reason"] == "CanaryPassed", conds
+    assert conds[CANARY_CONDITION]["reason"] == Reason.CANARY_PASSED, conds
 
     # The control plane's part: the pod Ready (kwok), the Deployment's status (controller manager), then the
     # GLMDeployment's (the operator, from its Deployment watch).

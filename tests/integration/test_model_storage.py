@@ -17,6 +17,7 @@ import yaml
 
 from tests.conftest import OperatorProcess
 from tests.support.builders import GLMDeploymentBuilder as B
+from tests.support.builders import gate_patch
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually
 from tests.support.volumes import prebound_volume
 
@@ -103,7 +104,7 @@ def test_the_sample_downloads_once_then_serves_from_the_read_only_claim(
         return next((p for p in pods if p["metadata"]["labels"].get("glmops.dev/serving") == "true"), None)
 
     name = eventually(pod, timeout=60, what="the serving pod")["metadata"]["name"]
-    patch = '{"status":{"conditions":[{"type":"glmops.dev/canary","status":"True","reason":"CanaryPassed"}]}}'
+    patch = gate_patch()
     kubectl.run("patch", "pod", name, "-n", namespace, "--subresource=status", "--type=strategic", "-p", patch)
     eventually(
         lambda: _condition(kubectl, namespace, CACHED, "Ready").get("status") == "True", timeout=60, what="Ready"

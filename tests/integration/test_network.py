@@ -13,6 +13,7 @@ import yaml
 from glm_operator.render.fleet import FAKE_RDMA_DEVICES, FAKE_RDMA_RESOURCE
 from glm_operator.render.network import MULTUS_ANNOTATION
 from tests.support.builders import GLMDeploymentBuilder as B
+from tests.support.builders import gate_patch
 from tests.support.cluster import REPO, Kubectl, eventually
 
 pytestmark = pytest.mark.cluster
@@ -83,7 +84,7 @@ def test_the_rdma_sample_as_stateful_sets_schedules_every_pod_with_rdma_and_beco
     assert {p["spec"]["nodeName"] for p in pods} == {"gpu-h200-0", "gpu-h200-1"}
     for pod in pods:
         assert_networked(pod)
-    condition = '{"status":{"conditions":[{"type":"glmops.dev/canary","status":"True","reason":"CanaryPassed"}]}}'
+    condition = gate_patch()
     for pod in pods:  # a StatefulSet group is ready when every pod is
         name = pod["metadata"]["name"]
         kubectl.run("patch", "pod", name, "-n", namespace, "--subresource=status", "--type=strategic", "-p", condition)

@@ -13,6 +13,7 @@ import yaml
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.render.fleet import fake_node
 from tests.support.builders import GLMDeploymentBuilder as B
+from tests.support.builders import gate_patch
 from tests.support.cluster import REPO, Kubectl, eventually
 
 pytestmark = pytest.mark.cluster
@@ -49,7 +50,7 @@ def _ready(kubectl: Kubectl, namespace: str, name: str, replicas: int) -> list[d
         return pods
 
     pods = eventually(running, timeout=90, what=f"{replicas} running pod(s) of {name}")
-    gate = '{"status":{"conditions":[{"type":"glmops.dev/canary","status":"True","reason":"CanaryPassed"}]}}'
+    gate = gate_patch()
     for pod in pods:
         args = ["patch", "pod", pod["metadata"]["name"], "-n", namespace, "--subresource=status", "--type=strategic"]
         kubectl.run(*args, "-p", gate)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from glm_operator.api.constants import CANARY_CONDITION
+from glm_operator.api.constants import CANARY_CONDITION, Reason
 from tests.support.cluster import Kubectl, eventually, run_script
 from tests.support.realnode import (
     BRIDGE,
@@ -202,7 +202,7 @@ def test_readiness_gate_keeps_a_running_pod_out_of_the_service_until_true(node: 
         "a pod whose readiness gate is unset must not get Service traffic"
     )
 
-    patch = {"status": {"conditions": [{"type": CANARY_CONDITION, "status": "True", "reason": "CanaryPassed"}]}}
+    patch = {"status": {"conditions": [{"type": CANARY_CONDITION, "status": "True", "reason": Reason.CANARY_PASSED}]}}
     node.kubectl.run(
         "patch", "pod", "gated", "-n", ns, "--subresource=status", "--type=strategic", "-p", json.dumps(patch)
     )

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.builders import gate_patch
 from tests.support.cluster import REPO, Kubectl, eventually
 
 pytestmark = pytest.mark.cluster
@@ -45,7 +46,7 @@ def _pods(kubectl: Kubectl, namespace: str, name: str) -> list[dict[str, Any]]:
 
 
 def _pass_gate(kubectl: Kubectl, namespace: str, pod: str) -> None:
-    patch = '{"status":{"conditions":[{"type":"glmops.dev/canary","status":"True","reason":"CanaryPassed"}]}}'
+    patch = gate_patch()
     kubectl.run("patch", "pod", pod, "-n", namespace, "--subresource=status", "--type=strategic", "-p", patch)
 
 

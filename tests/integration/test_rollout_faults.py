@@ -20,6 +20,7 @@ import kubernetes
 import pytest
 import yaml
 
+from glm_operator.api.constants import CANARY_CONDITION, Reason
 from tests.conftest import TEST_METRICS_PORT
 from tests.realvllm import prometheus as prom
 from tests.support.builders import GLMDeploymentBuilder as B
@@ -124,8 +125,8 @@ def test_a_broken_revision_never_takes_traffic_and_a_rollback_restores_service(
         def new_pod_failed() -> dict[str, Any]:
             new = [p for p in serving_pods(kubectl, namespace, "roll-broken") if p["metadata"]["name"] not in old]
             assert len(new) == 1, _names(new)
-            gate = conditions(new[0]).get("glmops.dev/canary") or {}
-            assert gate.get("status") == "False" and gate.get("reason") == "CanaryFailed", gate
+            gate = conditions(new[0]).get(CANARY_CONDITION) or {}
+            assert gate.get("status") == "False" and gate.get("reason") == Reason.CANARY_FAILED, gate
             return new[0]
 
         broken = eventually(new_pod_failed, timeout=90, what="the new revision's pod to fail its canaries")
@@ -136,7 +137,7 @@ def test_a_broken_revision_never_takes_traffic_and_a_rollback_restores_service(
         assert glmd["status"]["canary"]["summary"].startswith(f"2/3 pods passed; failing {broken_name}: ")
         assert glmd["status"]["readyReplicas"] == 2
         events = kubectl.run("get", "events", "-n", namespace, "--field-selector", "involvedObject.name=roll-broken")
-        assert f"pod {broken_name}" in events.stdout and "CanaryFailed" in events.stdout
+        assert f"pod {broken_name}" in events.stdout and Reason.CANARY_FAILED in events.stdout
         time.sleep(5)  # the rollout stays stalled: nothing more changes while the new pod fails
         assert _names(serving_pods(kubectl, namespace, "roll-broken")) == {*old, broken_name}
         broken_phase_polls = len(poller.serving)
@@ -226,7 +227,7 @@ def test_a_deployment_whose_every_pod_fails_says_so_and_its_alert_fires(
     assert glmd["status"].get("readyReplicas", 0) == 0
     for pod in serving_pods(kubectl, namespace, "all-fail"):
         assert conditions(pod)["Ready"]["status"] == "False"
-        assert conditions(pod)["glmops.dev/canary"]["reason"] == "CanaryFailed"
+        assert conditions(pod)[CANARY_CONDITION]["reason"] == Reason.CANARY_FAILED
 
     alerts = eventually(
         lambda: _firing(prometheus_on_operator, namespace), timeout=90, interval=1, what="GLMOpsCanaryFailing firing"

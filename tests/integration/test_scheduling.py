@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+from glm_operator.api.constants import CANARY_CONDITION, Reason
+from tests.support.builders import gate_patch
 from tests.support.cluster import Kubectl, eventually
 
 pytestmark = pytest.mark.cluster
@@ -103,7 +105,7 @@ def test_readiness_gate_holds_ready_until_its_condition_is_true(kubectl: Kubectl
         "kind": "Pod",
         "metadata": {"name": "gated"},
         "spec": {
-            "readinessGates": [{"conditionType": "glmops.dev/canary"}],
+            "readinessGates": [{"conditionType": CANARY_CONDITION}],
             "containers": [{"name": "main", "image": "example.invalid/app:1"}],
         },
     }
@@ -117,13 +119,13 @@ def test_readiness_gate_holds_ready_until_its_condition_is_true(kubectl: Kubectl
     conds = eventually(conditions, timeout=60, what="the gated pod to run")
     assert conds["ContainersReady"] == "True"
     assert conds["Ready"] == "False", "a readiness gate without its condition must hold Ready at False"
-    assert "glmops.dev/canary" not in conds, "nothing but the operator may write the gate condition"
+    assert CANARY_CONDITION not in conds, "nothing but the operator may write the gate condition"
 
-    patch = '{"status":{"conditions":[{"type":"glmops.dev/canary","status":"True","reason":"CanaryPassed"}]}}'
+    patch = gate_patch()
     kubectl.run("patch", "pod", "gated", "-n", namespace, "--subresource=status", "--type=strategic", "-p", patch)
     eventually(lambda: conditions()["Ready"] == "True", timeout=30, what="Ready after the gate turns True")
 
-    patch = patch.replace('"True","reason":"CanaryPassed"', '"False","reason":"CanaryFailed"')
+    patch = patch.replace('"True","reason":Reason.CANARY_PASSED', '"False","reason":Reason.CANARY_FAILED')
     kubectl.run("patch", "pod", "gated", "-n", namespace, "--subresource=status", "--type=strategic", "-p", patch)
     eventually(lambda: conditions()["Ready"] == "False", timeout=30, what="Ready to drop when the gate fails")
 
@@ -152,18 +154,18 @@ def test_the_gate_writer_patches_only_its_condition_and_skips_a_repeat(
         "kind": "Pod",
         "metadata": {"name": "gw"},
         "spec": {
-            "readinessGates": [{"conditionType": "glmops.dev/canary"}],
+            "readinessGates": [{"conditionType": CANARY_CONDITION}],
             "containers": [{"name": "main", "image": "example.invalid/app:1"}],
         },
     }
     kubectl.apply(pod, "-n", namespace)
     eventually(lambda: kubectl.get("pod", "gw", namespace)["status"].get("phase") == "Running", timeout=60)
-    assert pods.set_gate(namespace, "gw", "True", "CanaryPassed", "all checks passed") is not None
+    assert pods.set_gate(namespace, "gw", "True", Reason.CANARY_PASSED, "all checks passed") is not None
     version = kubectl.get("pod", "gw", namespace)["metadata"]["resourceVersion"]
-    assert pods.set_gate(namespace, "gw", "True", "CanaryPassed", "all checks passed") is None
+    assert pods.set_gate(namespace, "gw", "True", Reason.CANARY_PASSED, "all checks passed") is None
     assert kubectl.get("pod", "gw", namespace)["metadata"]["resourceVersion"] == version
     conds = {c["type"]: c for c in kubectl.get("pod", "gw", namespace)["status"]["conditions"]}
-    assert {"Initialized", "ContainersReady", "glmops.dev/canary"} <= set(conds), "other conditions survive"
+    assert {"Initialized", "ContainersReady", CANARY_CONDITION} <= set(conds), "other conditions survive"
     eventually(
         lambda: (
             {c["type"]: c["status"] for c in kubectl.get("pod", "gw", namespace)["status"]["conditions"]}["Ready"]

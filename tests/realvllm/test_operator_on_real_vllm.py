@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from glm_operator.api.constants import VLLM_PORT
+from glm_operator.api.constants import CANARY_CONDITION, VLLM_PORT, Reason
 from tests.conftest import TEST_METRICS_PORT, OperatorProcess
 from tests.realvllm import prometheus as prom
 from tests.realvllm.conftest import SERVED_NAME, RealServer
@@ -160,9 +160,9 @@ def test_a_random_model_behind_a_pod_fails_its_canaries_and_never_joins_the_serv
     # The pod stays out of the Service: gate False, not Ready, no ready endpoint on its IP.
     current = _serving_pod(kubectl, namespace)
     conditions = {c["type"]: c for c in current["status"]["conditions"]}
-    assert conditions["glmops.dev/canary"]["status"] == "False"
-    assert conditions["glmops.dev/canary"]["reason"] == "CanaryFailed"
-    assert "null-content" in conditions["glmops.dev/canary"]["message"]
+    assert conditions[CANARY_CONDITION]["status"] == "False"
+    assert conditions[CANARY_CONDITION]["reason"] == Reason.CANARY_FAILED
+    assert "null-content" in conditions[CANARY_CONDITION]["message"]
     assert conditions["Ready"]["status"] == "False"
     slices = kubectl.get("endpointslices", namespace=namespace)["items"]
     ours = [s for s in slices if s["metadata"]["labels"].get("kubernetes.io/service-name") == NAME]
@@ -179,7 +179,7 @@ def test_a_random_model_behind_a_pod_fails_its_canaries_and_never_joins_the_serv
     assert status["canary"]["summary"].startswith(f"0/1 pods passed; failing {pod_name}")
 
     events = kubectl.run("get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={NAME}").stdout
-    failure = [line for line in events.splitlines() if "CanaryFailed" in line]
+    failure = [line for line in events.splitlines() if Reason.CANARY_FAILED in line]
     assert failure and "null-content" in failure[0] and pod_name in failure[0], events
 
     metrics = httpx.get(f"http://127.0.0.1:{TEST_METRICS_PORT}/metrics").text

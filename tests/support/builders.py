@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any, Self
+
+from glm_operator.api.constants import CANARY_CONDITION, Reason
 
 
 class GLMDeploymentBuilder:
@@ -104,3 +107,9 @@ class GLMDeploymentBuilder:
 
     def build(self) -> dict[str, Any]:
         return copy.deepcopy(self._obj)
+
+
+def gate_patch(status: str = "True", reason: str = Reason.CANARY_PASSED) -> str:
+    """A pod status patch setting the canary gate condition, as `kubectl patch --subresource=status` takes it."""
+    condition = {"type": CANARY_CONDITION, "status": status, "reason": reason}
+    return json.dumps({"status": {"conditions": [condition]}}, separators=(",", ":"))

@@ -9,7 +9,7 @@ import kopf
 import pytest
 import urllib3
 
-from glm_operator.api.constants import CANARY_CONDITION
+from glm_operator.api.constants import CANARY_CONDITION, Reason
 from glm_operator.handlers import canary, glmdeployment
 from glm_operator.k8s.client import API_UNREACHABLE
 from glm_operator.sim.fleet import sim_argv
@@ -49,7 +49,12 @@ async def test_a_group_workers_mirror_of_its_leader_waits_out_an_api_server_rest
     leader = {
         "status": {
             "conditions": [
-                {"type": CANARY_CONDITION, "status": "True", "reason": "CanaryPassed", "message": "3/3 checks passed"}
+                {
+                    "type": CANARY_CONDITION,
+                    "status": "True",
+                    "reason": Reason.CANARY_PASSED,
+                    "message": "3/3 checks passed",
+                }
             ]
         }
     }
@@ -84,7 +89,7 @@ async def test_a_group_workers_mirror_of_its_leader_waits_out_an_api_server_rest
     await asyncio.wait_for(canary._mirror_leader(Worker(), watched), timeout=5)  # type: ignore[arg-type]
     assert looked_up == [("ns", "group-0-0")], "the leader's gate is read from its watched view, once"
     assert len(attempts) == 3
-    assert written == [("ns", "group-0-1", "True", "CanaryPassed", "group leader group-0-0: 3/3 checks passed")]
+    assert written == [("ns", "group-0-1", "True", Reason.CANARY_PASSED, "group leader group-0-0: 3/3 checks passed")]
 
 
 async def test_an_answer_with_an_error_status_is_not_retried_as_unreachable() -> None:
@@ -146,10 +151,10 @@ async def test_a_worker_whose_leader_has_no_watched_view_reads_the_leaders_gate_
         def update(self, body: dict[str, Any]) -> None:
             self.body = body
 
-    monkeypatch.setattr(canary.pods, "get_gate", lambda namespace, leader: ("False", "CanaryFailed", "smoke 0"))
+    monkeypatch.setattr(canary.pods, "get_gate", lambda namespace, leader: ("False", Reason.CANARY_FAILED, "smoke 0"))
     monkeypatch.setattr(canary.pods, "set_gate", lambda *args: written.append(args[:5]) or {"metadata": {}})
     await asyncio.wait_for(canary._mirror_leader(Worker(), lambda ns, name: None), timeout=5)  # type: ignore[arg-type]
-    assert written == [("ns", "group-0-1", "False", "CanaryFailed", "group leader group-0-0: smoke 0")]
+    assert written == [("ns", "group-0-1", "False", Reason.CANARY_FAILED, "group leader group-0-0: smoke 0")]
 
 
 async def test_a_refused_read_of_the_leaders_gate_is_tried_again_not_the_end_of_the_workers_gate(
@@ -158,7 +163,7 @@ async def test_a_refused_read_of_the_leaders_gate_is_tried_again_not_the_end_of_
     import kubernetes
 
     written: list[tuple[Any, ...]] = []
-    answers = iter([kubernetes.client.ApiException(status=403), ("True", "CanaryPassed", "ok")])
+    answers = iter([kubernetes.client.ApiException(status=403), ("True", Reason.CANARY_PASSED, "ok")])
 
     class Worker:
         namespace, name = "ns", "group-0-1"
@@ -183,4 +188,4 @@ async def test_a_refused_read_of_the_leaders_gate_is_tried_again_not_the_end_of_
     monkeypatch.setattr(canary.pods, "get_gate", get_gate)
     monkeypatch.setattr(canary.pods, "set_gate", lambda *args: written.append(args[:5]) or {"metadata": {}})
     await asyncio.wait_for(canary._mirror_leader(Worker(), lambda ns, name: None), timeout=5)  # type: ignore[arg-type]
-    assert written == [("ns", "group-0-1", "True", "CanaryPassed", "group leader group-0-0: ok")]
+    assert written == [("ns", "group-0-1", "True", Reason.CANARY_PASSED, "group leader group-0-0: ok")]

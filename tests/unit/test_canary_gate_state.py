@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from glm_operator.api.constants import Reason
 from glm_operator.canary.checks import acceptance, spec_counters
 from glm_operator.canary.client import reasoning_of
 from glm_operator.canary.results import CheckResult, SuiteResult
@@ -25,7 +26,7 @@ def test_a_pod_that_never_passed_fails_at_once_and_backs_off() -> None:
     state = GateState()
     assert state.observe(FAIL, failures_to_unready=2) == (
         "False",
-        "CanaryFailed",
+        Reason.CANARY_FAILED,
         "gsm8k 0 (threshold 0.82): 0/3 correct",
     )
     assert state.next_delay(FAIL, 600) == 15
@@ -204,7 +205,7 @@ def test_a_pod_that_cannot_be_asked_is_held_out_with_the_reason_after_three_atte
         state.could_not_run()
         verdicts.append(state.unreachable_verdict("HTTP 500: engine dead", failures_to_unready=2))
     assert verdicts[:2] == [None, None]
-    assert verdicts[2] == ("False", "CanaryUnreachable", "the canary cannot ask this pod: HTTP 500: engine dead")
+    assert verdicts[2] == ("False", Reason.CANARY_UNREACHABLE, "the canary cannot ask this pod: HTTP 500: engine dead")
     report = state.unreachable_report("HTTP 500: engine dead")
     assert report["passed"] is False and report["failed"] == ["unreachable"]
     assert "3 attempts in a row" in report["message"] and "HTTP 500" in report["message"]
@@ -217,7 +218,7 @@ def test_a_ready_pod_that_cannot_be_asked_waits_for_failures_to_unready_as_well(
     for _ in range(5):
         state.could_not_run()
         found.append(state.unreachable_verdict("reset", failures_to_unready=5))
-    assert found[:4] == [None] * 4 and found[4] is not None and found[4][1] == "CanaryUnreachable"
+    assert found[:4] == [None] * 4 and found[4] is not None and found[4][1] == Reason.CANARY_UNREACHABLE
 
 
 def test_a_pod_that_answers_again_passes_and_its_unreachable_count_restarts() -> None:
@@ -225,6 +226,6 @@ def test_a_pod_that_answers_again_passes_and_its_unreachable_count_restarts() ->
     for _ in range(3):
         state.could_not_run()
     assert state.unreachable_verdict("refused", 2) is not None
-    assert state.observe(PASS, 2) == ("True", "CanaryPassed", "all 1 checks passed")
+    assert state.observe(PASS, 2) == ("True", Reason.CANARY_PASSED, "all 1 checks passed")
     state.could_not_run()
     assert state.unreachable_verdict("refused", 2) is None, "one blip on a Ready pod is not enough"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from glm_operator.api.constants import CANARY_CONDITION
+from glm_operator.api.constants import CANARY_CONDITION, Reason
 from glm_operator.canary.peering import paused_by_peers
 from glm_operator.canary.supervisor import PodTasks, WatchedPod
 from glm_operator.catalog.bundle import Catalogs
@@ -251,7 +251,9 @@ def _pod_as_the_watch_delivers_it() -> dict[str, Any]:
         {"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": "2026-11-30T12:00:00Z"}
         for t in ("Initialized", "ContainersReady", "PodScheduled", "Ready")
     ]
-    conditions.append({"type": CANARY_CONDITION, "status": "True", "reason": "CanaryPassed", "message": "ok " * 40})
+    conditions.append(
+        {"type": CANARY_CONDITION, "status": "True", "reason": Reason.CANARY_PASSED, "message": "ok " * 40}
+    )
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -17,6 +17,7 @@ import kopf.cli
 import pytest
 import yaml
 
+from glm_operator.api.constants import OWNED_KINDS, OwnedKind
 from glm_operator.render.alerts import ALERTS
 from tests.support.chart import TEMPLATE_FLAGS
 from tests.unit.test_alerts import CHART
@@ -509,3 +510,34 @@ def test_the_operator_may_ask_subject_access_reviews_and_nothing_more_of_authori
     assert authz == [review]
     without_webhook = _objects(helm, "webhook.enabled=false")["ClusterRole/glmops"]["rules"]
     assert not [r for r in without_webhook if "authorization.k8s.io" in r["apiGroups"]], "nothing asks without it"
+
+
+def _operator_rules(objects: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rules of every role the chart binds to the operator's ServiceAccount."""
+    account = next(o["metadata"]["name"] for o in objects.values() if o["kind"] == "ServiceAccount")
+    bound = {
+        (b["roleRef"]["kind"], b["roleRef"]["name"])
+        for b in objects.values()
+        if b["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        and any(s.get("kind") == "ServiceAccount" and s.get("name") == account for s in b.get("subjects") or [])
+    }
+    return [r for o in objects.values() if (o["kind"], o["metadata"]["name"]) in bound for r in o.get("rules") or []]
+
+
+@pytest.mark.parametrize("owned", OWNED_KINDS, ids=lambda k: k.kind)
+@pytest.mark.parametrize("sets", [(), ("watchNamespaces={team-a}",)], ids=["all-namespaces", "one-namespace"])
+def test_the_chart_grants_the_operator_every_kind_a_glmdeployment_owns(
+    helm: str, owned: OwnedKind, sets: tuple[str, ...]
+) -> None:
+    rules = _operator_rules(_objects(helm, *sets))
+    granted = {
+        verb
+        for r in rules
+        if owned.group in r.get("apiGroups", []) and owned.plural in r.get("resources", [])
+        for verb in r.get("verbs", [])
+    }
+    needed = {"list", "watch", "create", "patch", "delete"}
+    assert needed <= granted, (
+        f"{owned.kind}: the operator owns it (api/constants.py OWNED_KINDS) but the chart grants only "
+        f"{sorted(granted)}: add {sorted(needed - granted)} in charts/glmops/templates/_rbac.tpl"
+    )

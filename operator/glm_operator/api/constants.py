@@ -4,6 +4,7 @@ that what is rendered still satisfies what is watched."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 # --- Labels and selectors ------------------------------------------------------------------------------------------
@@ -31,6 +32,38 @@ SERVING = {LABEL_SERVING: "true", **MANAGED}
 def selector(labels: dict[str, str]) -> str:
     """A label selector string for exact matches, e.g. `glmops.dev/serving=true,app.kubernetes.io/managed-by=glmops`."""
     return ",".join(f"{k}={v}" for k, v in labels.items())
+
+
+# --- Owned objects --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OwnedKind:
+    """A kind of object a GLMDeployment owns: created, watched for drift and pruned by the operator."""
+
+    group: str  # "" for the core group
+    version: str
+    kind: str
+    plural: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+LWS = "leaderworkerset.x-k8s.io"
+OWNED_KINDS: tuple[OwnedKind, ...] = (
+    OwnedKind(LWS, "v1", "LeaderWorkerSet", "leaderworkersets"),
+    OwnedKind("apps", "v1", "StatefulSet", "statefulsets"),
+    OwnedKind("apps", "v1", "Deployment", "deployments"),
+    OwnedKind("", "v1", "Service", "services"),
+    OwnedKind("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+    OwnedKind("", "v1", "ConfigMap", "configmaps"),
+    OwnedKind("batch", "v1", "Job", "jobs"),
+    OwnedKind("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
+)
+"""In the order stale ones are pruned (workloads first). The operator watches each (handlers/settings.py), lists and
+prunes them (k8s/objects.py), and the chart grants exactly these (tests/unit/test_chart_values.py holds it to this)."""
 
 
 # --- Ports -------------------------------------------------------------------------------------------------------
@@ -66,7 +99,6 @@ class Reason(StrEnum):
     CANARY_UNREACHABLE = "CanaryUnreachable"
     BLOCKED = "Blocked"
     APPLIED = "Applied"
-    APPLY_FAILED = "ApplyFailed"
     WAITING_FOR_IMAGE = "WaitingForImage"
     IMAGE_BUILD_FAILED = "ImageBuildFailed"
     PATCHES_NOT_LOADED = "PatchesNotLoaded"
@@ -75,6 +107,48 @@ class Reason(StrEnum):
     CATALOG_INVALID = "CatalogInvalid"
     MODEL_DOWNLOADING = "ModelDownloading"
     MODEL_DOWNLOAD_FAILED = "ModelDownloadFailed"
+
+
+class EventType(StrEnum):
+    """The two types of a Kubernetes Event."""
+
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+class EventReason(StrEnum):
+    """Reasons of the Events glmops posts that are not a condition's reason (those post their `Reason`)."""
+
+    RECONCILED = "Reconciled"
+    PRUNED = "Pruned"
+    RESTORED = "Restored"
+    REFRESH_FAILED = "RefreshFailed"
+
+
+class ImageConditionType(StrEnum):
+    """The condition types of a GLMImage's status."""
+
+    BUILT = "Built"
+
+
+class ImageReason(StrEnum):
+    """Reasons of a GLMImage's Built condition, and of the GLMDeployment's ImageBuilding condition that mirrors it."""
+
+    BUILDING = "Building"
+    BUILT = "Built"
+    BUILD_FAILED = "BuildFailed"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    NO_DIGEST = "NoDigest"
+    CONTEXT_INVALID = "ContextInvalid"
+    PENDING = "Pending"
+    IMAGE_CONFLICT = "ImageConflict"
+
+
+class Platform(StrEnum):
+    """The GPU software platform an accelerator runs and a vLLM image is built for."""
+
+    CUDA = "cuda"
+    ROCM = "rocm"
 
 
 # --- Rendering decisions the rules read ----------------------------------------------------------------------------

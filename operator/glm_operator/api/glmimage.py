@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
+from glm_operator.api.constants import Platform
 from glm_operator.api.v1alpha1 import GROUP, Condition, _Model
 
 IMAGE_KIND = "GLMImage"
@@ -44,7 +45,7 @@ class GLMImageSpec(_Model):
         pattern=r"^[0-9]+\.[0-9]+\.[0-9]+([a-z]+[0-9]*)?$",
         description="vLLM release the image is based on, e.g. 0.33.0.",
     )
-    platform: Literal["cuda", "rocm"] = Field(description="cuda (vllm/vllm-openai) or rocm (vllm/vllm-openai-rocm).")
+    platform: Platform = Field(description="cuda (vllm/vllm-openai) or rocm (vllm/vllm-openai-rocm).")
     image: str = Field(
         min_length=1,
         max_length=512,

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from glm_operator.api.constants import ConditionType, ImageConditionType
 from glm_operator.api.naming import wire_name
 from glm_operator.api.network import NetworkSpec
 from glm_operator.api.pod import PodSettings
@@ -438,7 +439,12 @@ class GLMDeploymentSpec(_Model):
 class Condition(_Model):
     """A standard Kubernetes status condition."""
 
-    type: str = Field(max_length=316, description="Condition type: Validated, Progressing, Ready, Degraded.")
+    type: str = Field(
+        max_length=316,
+        description=(
+            f"Condition type: {', '.join(ConditionType)} (GLMDeployment); {', '.join(ImageConditionType)} (GLMImage)."
+        ),
+    )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(
         default="",
@@ -526,7 +532,7 @@ class GLMDeploymentStatus(_Model):
     )
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Validated, Progressing, Ready, Degraded.",
+        description=f"{', '.join(ConditionType)}.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
 

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from glm_operator.api import AcceleratorType
+from glm_operator.api.constants import Platform
 
 
 class ArchFamily(StrEnum):
@@ -31,7 +32,7 @@ class Accelerator(BaseModel):
 
     name: str
     vendor: Literal["nvidia", "amd"]
-    platform: Literal["cuda", "rocm"]
+    platform: Platform
     architecture: str = Field(pattern=r"^(sm[0-9]+|gfx[0-9a-f]+)$")
     arch_family: ArchFamily
     compute_capability: str | None = None
@@ -45,7 +46,7 @@ class Accelerator(BaseModel):
 
     @model_validator(mode="after")
     def _platform_matches_vendor(self) -> Accelerator:
-        expected = {"nvidia": "cuda", "amd": "rocm"}[self.vendor]
+        expected = {"nvidia": Platform.CUDA, "amd": Platform.ROCM}[self.vendor]
         if self.platform != expected:
             raise ValueError(f"{self.name}: vendor {self.vendor} runs platform {expected}, not {self.platform}")
         if not self.node_selector or any(not v for v in self.node_selector.values()):

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from functools import cache, lru_cache
 from importlib import resources
-from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from glm_operator.api.constants import Platform
 from glm_operator.catalog.versions import Version
-
-Platform = Literal["cuda", "rocm"]
 
 
 class PatchRange(BaseModel):
@@ -54,7 +52,7 @@ def _known_images(
     out: dict[str, ImageInfo] = {}
     for version in versions:
         parsed = Version.parse(version)
-        for platform in ("cuda", "rocm"):
+        for platform in Platform:
             ref = stock_refs[platform].format(version=version)
             out[ref] = ImageInfo(ref=ref, version=version, platform=platform, patches=(), known=True, patched=False)
             ref = patched_refs[platform].format(version=version)
@@ -118,7 +116,7 @@ class ImageCatalog(BaseModel):
             return found
         name, _, tag = bare.rpartition(":") if ":" in bare.rsplit("/", 1)[-1] else (bare, "", "")
         version = Version.from_tag(tag) if tag else None
-        platform: Platform | None = "rocm" if "rocm" in name.lower() else None
+        platform: Platform | None = Platform.ROCM if "rocm" in name.lower() else None
         return ImageInfo(
             ref=ref,
             version=str(version) if version else None,

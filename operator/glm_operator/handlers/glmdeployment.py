@@ -18,7 +18,7 @@ import kopf
 import kubernetes
 
 from glm_operator.api import GROUP, PLURAL, VERSION
-from glm_operator.api.constants import LABEL_DEPLOYMENT, MANAGED
+from glm_operator.api.constants import LABEL_DEPLOYMENT, MANAGED, EventReason, EventType
 from glm_operator.handlers.detached import detached_context
 from glm_operator.handlers.runtime import Runtime, runtime
 from glm_operator.handlers.settings import OWNED_RESOURCES
@@ -144,7 +144,7 @@ async def reconcile(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **_: 
         return
     _tell_restored(body, restored)
     for event in done.outcome.events:
-        if event.type == "Normal":
+        if event.type == EventType.NORMAL:
             kopf.info(body, reason=event.reason, message=event.message)
         elif not done.warned:
             kopf.warn(body, reason=event.reason, message=event.message)
@@ -230,7 +230,7 @@ def _refreshed(
     body = kopf.Body(cast(kopf.RawBody, done.body))
     if done.wrote_status and not done.warned:  # a transition seen here (a download Job failing) is told there
         for event in done.outcome.events:
-            if event.type == "Warning":
+            if event.type == EventType.WARNING:
                 kopf.warn(body, reason=event.reason, message=event.message)
         done.warned = True
     _tell_restored(body, deleted)
@@ -238,7 +238,7 @@ def _refreshed(
 
 def _tell_restored(body: kopf.Body, deleted: tuple[str, ...]) -> None:
     for name in deleted:
-        kopf.info(body, reason="Restored", message=f"re-created {name} after it was deleted")
+        kopf.info(body, reason=EventReason.RESTORED, message=f"re-created {name} after it was deleted")
 
 
 def _succeeded(context: Runtime, key: tuple[str, str], deleted: tuple[str, ...], logger: Any) -> tuple[str, ...]:
@@ -274,7 +274,7 @@ def _retry_later(
     if body is not None and context.retries.attempts(key) == 1:
         kopf.warn(
             kopf.Body(cast(kopf.RawBody, body)),
-            reason="RefreshFailed",
+            reason=EventReason.REFRESH_FAILED,
             message=f"restoring or checking the owned objects failed ({what}); retried with backoff",
         )
 

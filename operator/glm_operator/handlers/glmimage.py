@@ -11,6 +11,7 @@ from typing import Any
 import kopf
 
 from glm_operator.api import GROUP, PLURAL, VERSION
+from glm_operator.api.constants import ImageConditionType
 from glm_operator.api.glmimage import IMAGE_PLURAL, ImagePhase
 from glm_operator.handlers.glmdeployment import refresh
 from glm_operator.handlers.runtime import REGISTRATION, runtime
@@ -34,7 +35,7 @@ def follow(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> Non
     patch.status.update(status)
     metrics.record_build_finished(body, status)
     if status:
-        built = next(c for c in status["conditions"] if c["type"] == "Built")
+        built = next(c for c in status["conditions"] if c["type"] == ImageConditionType.BUILT)
         (kopf.info if built["status"] == "True" else kopf.warn)(body, reason=built["reason"], message=built["message"])
 
 

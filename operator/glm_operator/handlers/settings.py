@@ -14,7 +14,7 @@ from typing import Any
 
 import kopf
 
-from glm_operator.api.constants import MANAGED, SERVING, selector
+from glm_operator.api.constants import MANAGED, OWNED_KINDS, SERVING, selector
 from glm_operator.handlers import admission
 from glm_operator.handlers.runtime import REGISTRATION, Runtime
 from glm_operator.k8s import logs
@@ -22,16 +22,8 @@ from glm_operator.k8s.metrics import serve_metrics
 from glm_operator.k8s.webhooks import SecretWebhookServer, webhook_server_from_env
 
 PREFIX = "glmops.dev"
-OWNED_RESOURCES = (
-    ("apps", "v1", "deployments"),
-    ("apps", "v1", "statefulsets"),
-    ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
-    ("v1", "services"),
-    ("policy", "v1", "poddisruptionbudgets"),
-    ("v1", "configmaps"),
-    ("batch", "v1", "jobs"),
-    ("v1", "persistentvolumeclaims"),
-)
+# kopf's resource arguments of each owned kind: (group, version, plural), or (version, plural) for the core group.
+OWNED_RESOURCES = tuple((k.group, k.version, k.plural) if k.group else (k.version, k.plural) for k in OWNED_KINDS)
 
 
 @kopf.on.login(id="glmops-login")

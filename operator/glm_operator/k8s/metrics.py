@@ -17,6 +17,8 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from glm_operator.api.constants import ImageConditionType, ImageReason
+from glm_operator.api.glmimage import ImagePhase
 from glm_operator.canary.results import SuiteResult
 
 DEPLOYMENT = ("namespace", "glmdeployment")
@@ -99,7 +101,7 @@ IMAGE_BUILD_SECONDS = Histogram(
     ["result"],
     buckets=(60, 300, 600, 900, 1200, 1800, 2700, 3600, 5400, 7200, 10800),
 )
-IMAGE_PHASES = ("Pending", "Building", "Succeeded", "Failed")
+IMAGE_PHASES = tuple(ImagePhase)
 WEBHOOK_SECONDS = Histogram(
     "glmops_webhook_request_duration_seconds",
     "Time the admission handler took to answer a well-formed AdmissionReview, by webhook (the path's id) and result "
@@ -176,10 +178,17 @@ def record_build_finished(body: Mapping[str, Any], status: Mapping[str, Any], no
     """A build's duration once `status` (what the follow-up writes) ends it: since the Job was created, when the
     Built condition of `body` (the GLMImage before the write) turned to reason Building."""
     phase = status.get("phase")
-    if phase not in ("Succeeded", "Failed"):
+    if phase not in (ImagePhase.SUCCEEDED, ImagePhase.FAILED):
         return
     conditions = (body.get("status") or {}).get("conditions") or ()
-    built = next((c for c in conditions if c.get("type") == "Built" and c.get("reason") == "Building"), None)
+    built = next(
+        (
+            c
+            for c in conditions
+            if c.get("type") == ImageConditionType.BUILT and c.get("reason") == ImageReason.BUILDING
+        ),
+        None,
+    )
     if built is None or not built.get("lastTransitionTime"):
         return
     start = datetime.fromisoformat(str(built["lastTransitionTime"]).replace("Z", "+00:00")).timestamp()

@@ -20,22 +20,14 @@ from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
 from glm_operator.api import API_VERSION, GROUP, PLURAL, VERSION
 from glm_operator.api.constants import LABEL_DEPLOYMENT, selector
+from glm_operator.api.constants import OWNED_KINDS as OWNED
 from glm_operator.k8s.client import api_client
 
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "glmops"
-LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
-# Kinds the operator may own, in the order stale ones are removed (workloads first).
-OWNED_KINDS: tuple[tuple[str, str], ...] = (
-    (LWS_API_VERSION, "LeaderWorkerSet"),
-    ("apps/v1", "StatefulSet"),
-    ("apps/v1", "Deployment"),
-    ("v1", "Service"),
-    ("policy/v1", "PodDisruptionBudget"),
-    ("v1", "ConfigMap"),
-    ("batch/v1", "Job"),
-    ("v1", "PersistentVolumeClaim"),
-)
+LWS_API_VERSION = next(k.api_version for k in OWNED if k.kind == "LeaderWorkerSet")
+# Kinds the operator may own, in the order stale ones are removed (workloads first): api/constants.py.
+OWNED_KINDS: tuple[tuple[str, str], ...] = tuple((k.api_version, k.kind) for k in OWNED)
 DISCOVERY_TTL = float(os.environ.get("GLMOPS_DISCOVERY_TTL_SECONDS", "30"))
 
 _lock = threading.Lock()

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from glm_operator.api import GLMDeployment
 from glm_operator.api.conditions import set_condition
-from glm_operator.api.constants import ConditionType, Reason
+from glm_operator.api.constants import ConditionType, EventReason, EventType, Reason
 from glm_operator.api.v1alpha1 import GLMDeploymentStatus
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.planner.drift import needs_apply
@@ -35,8 +35,8 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 class Event:
     """An Event to post on the GLMDeployment."""
 
-    type: Literal["Normal", "Warning"]
-    reason: str
+    type: EventType
+    reason: str  # a condition's `Reason`, an `ImageReason` or an `EventReason` (api/constants.py)
     message: str
 
 
@@ -115,7 +115,9 @@ def plan(
     if verdict.status == "False":
         message = "not deployed: the rules refuse this spec (see Validated)"
         desired.conditions.set(ConditionType.PROGRESSING, "False", Reason.BLOCKED, message)
-        return Outcome(status=_status(desired), events=(*catalog_events, Event("Warning", Reason.BLOCKED, message)))
+        return Outcome(
+            status=_status(desired), events=(*catalog_events, Event(EventType.WARNING, Reason.BLOCKED, message))
+        )
     glmd = GLMDeployment.model_validate(body)
     serving = build_plan(glmd, catalogs)
     if observed.glmimage is not None:
@@ -142,7 +144,7 @@ def _catalog_condition(desired: _Desired, error: str | None) -> tuple[Event, ...
         return ()
     message = f"the catalog extension was refused, the last good catalogs are in use: {error}"
     desired.conditions.set(ConditionType.CATALOG, "False", Reason.CATALOG_INVALID, message)
-    return (Event("Warning", Reason.CATALOG_INVALID, message),)
+    return (Event(EventType.WARNING, Reason.CATALOG_INVALID, message),)
 
 
 def _status(desired: _Desired, **fields: Any) -> GLMDeploymentStatus:
@@ -166,7 +168,7 @@ def _waiting_for_image(desired: _Desired, serving: Plan, message: str, *, failed
         ConditionType.READY, "False", reason, f"no workload until {serving.image} is built and pinned"
     )
     status = _status(desired, plan=serving.summary(), replicas=serving.replicas)
-    events = (Event("Warning", reason, message),) if failed else ()
+    events = (Event(EventType.WARNING, reason, message),) if failed else ()
     return Outcome(status=status, events=events)
 
 
@@ -215,7 +217,7 @@ def _downloading(desired: _Desired, serving: Plan, storage: StoragePlan, observe
             ConditionType.READY, "False", reason, f"no workload until the model is on the claim: {message}"
         )
     status = _status(desired, plan=serving.summary(), replicas=serving.replicas, ready_replicas=state.ready)
-    event = Event("Warning", reason, message) if storage.failed else Event("Normal", reason, message)
+    event = Event(EventType.WARNING if storage.failed else EventType.NORMAL, reason, message)
     return Outcome(
         status=status,
         apply=_to_apply(list(storage.objects), observed.owned),
@@ -254,8 +256,10 @@ def _applied(
     state = readiness(current)
     desired.conditions.set(ConditionType.READY, *state.condition(serving.replicas))
     status = _status(desired, plan=serving.summary(), replicas=serving.replicas, ready_replicas=state.ready)
-    events = [Event("Normal", "Reconciled", f"{Reason.APPLIED}: {applied}")]
+    events = [Event(EventType.NORMAL, EventReason.RECONCILED, f"{Reason.APPLIED}: {applied}")]
     if stale:
         removed = ", ".join(f"{k}/{n}" for _a, k, n in stale)
-        events.append(Event("Normal", "Pruned", f"removed objects the plan no longer renders: {removed}"))
+        events.append(
+            Event(EventType.NORMAL, EventReason.PRUNED, f"removed objects the plan no longer renders: {removed}")
+        )
     return Outcome(status=status, apply=_to_apply(rendered, observed.owned), delete=stale, events=tuple(events))

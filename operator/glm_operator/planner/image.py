@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from glm_operator.api.conditions import set_condition
+from glm_operator.api.constants import ImageConditionType, ImageReason
 from glm_operator.api.glmimage import GLMImage, ImagePhase
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.render.dockerfile import build_args, render_dockerfile
@@ -63,7 +64,7 @@ def plan_start(
         job = build_job(image, settings, args)
     except ValueError as err:
         return ImageOutcome(
-            status=image_status({}, BuildOutcome(False, "ContextInvalid", str(err)), spec.image, generation)
+            status=image_status({}, BuildOutcome(False, ImageReason.CONTEXT_INVALID, str(err)), spec.image, generation)
         )
     job_ref = f"{settings.namespace}/{job['metadata']['name']}"
     status = {
@@ -71,7 +72,14 @@ def plan_start(
         "job": job_ref,
         "attempts": (image.status.attempts or 0) + 1,
         "observedGeneration": generation,
-        "conditions": set_condition([], "Built", "False", "Building", f"Job {job_ref} builds {spec.image}", generation),
+        "conditions": set_condition(
+            [],
+            ImageConditionType.BUILT,
+            "False",
+            ImageReason.BUILDING,
+            f"Job {job_ref} builds {spec.image}",
+            generation,
+        ),
     }
     return ImageOutcome(status=status, create=(configmap, job))
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 
 from glm_operator import __version__
-from glm_operator.catalog.images import ImageCatalog, Platform, load_images
+from glm_operator.api.constants import Platform
+from glm_operator.catalog.images import ImageCatalog, load_images
 
-PLATFORMS: tuple[Platform, ...] = ("cuda", "rocm")
+PLATFORMS: tuple[Platform, ...] = tuple(Platform)
 
 PLUGIN_DIST = "glmops-vllm-patches"
 # One version for every artifact of a release (docs/releasing.md): the plugin's is the operator's, and

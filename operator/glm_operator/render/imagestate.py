@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from glm_operator.api.conditions import set_condition
+from glm_operator.api.constants import ImageConditionType, ImageReason
 from glm_operator.api.glmimage import DIGEST_PATTERN, ImagePhase
 from glm_operator.render.imagebuild import BUILD_CONTAINER
 
@@ -67,14 +68,16 @@ def build_outcome(job: dict[str, Any], pods: list[dict[str, Any]]) -> BuildOutco
         if digest is None:
             shown = tail(message, 200) or "nothing"
             return BuildOutcome(
-                False, "NoDigest", f"Job {name} succeeded but the builder reported {shown!r}, not a sha256 digest"
+                False,
+                ImageReason.NO_DIGEST,
+                f"Job {name} succeeded but the builder reported {shown!r}, not a sha256 digest",
             )
-        return BuildOutcome(True, "Built", f"Job {name} pushed the image", digest=digest)
+        return BuildOutcome(True, ImageReason.BUILT, f"Job {name} pushed the image", digest=digest)
     failed = _condition(job, "Failed")
     if failed is None:
         return None
     deadline = failed.get("reason") == "DeadlineExceeded"
-    reason = "DeadlineExceeded" if deadline else "BuildFailed"
+    reason = ImageReason.DEADLINE_EXCEEDED if deadline else ImageReason.BUILD_FAILED
     exit_code = terminated.get("exitCode")
     detail = f"exit code {exit_code}" if exit_code is not None else str(failed.get("message") or failed.get("reason"))
     return BuildOutcome(False, reason, f"Job {name} failed ({detail})", log_tail=tail(message))
@@ -84,7 +87,9 @@ def image_status(status: dict[str, Any], outcome: BuildOutcome, image: str, gene
     """The GLMImage status fields for a finished build (or a digest found in the registry)."""
     conditions = list(status.get("conditions") or [])
     if outcome.succeeded and outcome.digest:
-        conditions = set_condition(conditions, "Built", "True", outcome.reason, outcome.message, generation)
+        conditions = set_condition(
+            conditions, ImageConditionType.BUILT, "True", outcome.reason, outcome.message, generation
+        )
         return {
             "phase": ImagePhase.SUCCEEDED.value,
             "digest": outcome.digest,
@@ -93,7 +98,9 @@ def image_status(status: dict[str, Any], outcome: BuildOutcome, image: str, gene
             "conditions": conditions,
         }
     message = f"{outcome.message}: {outcome.log_tail}" if outcome.log_tail else outcome.message
-    conditions = set_condition(conditions, "Built", "False", outcome.reason, message[:32768], generation)
+    conditions = set_condition(
+        conditions, ImageConditionType.BUILT, "False", outcome.reason, message[:32768], generation
+    )
     return {
         "phase": ImagePhase.FAILED.value,
         "logTail": outcome.log_tail or None,
@@ -124,25 +131,29 @@ def image_gate(glmimage: dict[str, Any], wanted: str) -> ImageGate:
         return ImageGate(
             None,
             "False",
-            "ImageConflict",
+            ImageReason.IMAGE_CONFLICT,
             f"GLMImage {name} builds {spec.get('image')}, not {wanted}: the image build registry changed? "
             f"Delete glmimage/{name} once no deployment runs it, and it is built again for {wanted}",
         )
     phase = status.get("phase") or ImagePhase.PENDING.value
     if phase == ImagePhase.SUCCEEDED.value and status.get("imageRef"):
-        return ImageGate(status["imageRef"], "False", "Built", f"pinned {status['imageRef']} (GLMImage {name})")
+        return ImageGate(
+            status["imageRef"], "False", ImageReason.BUILT, f"pinned {status['imageRef']} (GLMImage {name})"
+        )
     if phase == ImagePhase.FAILED.value:
         conditions: list[dict[str, Any]] = status.get("conditions") or []
-        built: dict[str, Any] = next((c for c in conditions if c.get("type") == "Built"), {})
-        reason = built.get("reason") or "BuildFailed"
+        built: dict[str, Any] = next((c for c in conditions if c.get("type") == ImageConditionType.BUILT), {})
+        reason = built.get("reason") or ImageReason.BUILD_FAILED
         what = built.get("message") or "the build failed"
         return ImageGate(
             None,
             "False",
-            "BuildFailed" if reason in ("BuildFailed", "NoDigest") else reason,
+            ImageReason.BUILD_FAILED if reason in (ImageReason.BUILD_FAILED, ImageReason.NO_DIGEST) else reason,
             f"building {wanted} failed ({reason}): {what}. Fix the cause, then `kubectl delete glmimage {name}` "
             "to build again",
         )
     if phase == ImagePhase.BUILDING.value:
-        return ImageGate(None, "True", "Building", f"Job {status.get('job', '')} builds {wanted} (GLMImage {name})")
-    return ImageGate(None, "True", "Pending", f"waiting for GLMImage {name} to start building {wanted}")
+        return ImageGate(
+            None, "True", ImageReason.BUILDING, f"Job {status.get('job', '')} builds {wanted} (GLMImage {name})"
+        )
+    return ImageGate(None, "True", ImageReason.PENDING, f"waiting for GLMImage {name} to start building {wanted}")
