@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from glm_operator.control.runtime import Runtime
 from glm_operator.handlers import resync
-from glm_operator.handlers.runtime import Runtime
 from tests.support.cluster import Kubectl
 
 pytestmark = pytest.mark.cluster

@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from glm_operator.api.constants import REPAIR_WEBHOOK_ID, VALIDATE_WEBHOOK_ID
+from glm_operator.control.runtime import Runtime, runtime
 from glm_operator.handlers import admission
-from glm_operator.handlers.runtime import Runtime, runtime
 from glm_operator.render.webhook_certs import generate
 from glm_operator.rules.engine import REMEDIATIONS_ANNOTATION, admit
 

@@ -12,8 +12,8 @@ import kopf
 import pytest
 import yaml
 
+from glm_operator.control.runtime import runtime
 from glm_operator.handlers import admission
-from glm_operator.handlers.runtime import runtime
 from glm_operator.k8s.admission_cache import AdmissionCache
 from glm_operator.rules.engine import admit
 from tests.support.builders import GLMDeploymentBuilder as B

@@ -10,7 +10,8 @@ import pytest
 import urllib3
 
 from glm_operator.api.constants import CANARY_CONDITION, Reason
-from glm_operator.handlers import canary, glmdeployment
+from glm_operator.control import refreshes
+from glm_operator.handlers import canary
 from glm_operator.k8s.client import API_UNREACHABLE
 from glm_operator.sim.fleet import sim_argv
 
@@ -106,10 +107,10 @@ def test_a_reconcile_the_api_server_did_not_answer_is_retried_in_seconds(monkeyp
     def refused(*_: Any, **__: Any) -> Any:
         raise REFUSED
 
-    monkeypatch.setattr(glmdeployment, "_reconcile_body", refused)
+    monkeypatch.setattr(refreshes, "_reconcile_body", refused)
     with pytest.raises(kopf.TemporaryError) as caught:
-        glmdeployment.reconcile_body({}, None, None)  # type: ignore[arg-type]
-    assert caught.value.delay == glmdeployment.API_RETRY_S <= 5
+        refreshes.reconcile_body({}, None, None)  # type: ignore[arg-type]
+    assert caught.value.delay == refreshes.API_RETRY_S <= 5
     assert "the API server did not answer: MaxRetryError" in str(caught.value)
 
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from glm_operator.planner.coalesce import Coalescer
+from glm_operator.control.coalesce import Coalescer
 
 
 def test_a_burst_of_requests_costs_two_runs_and_every_request_sees_a_run_that_started_after_it() -> None:

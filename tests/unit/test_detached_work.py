@@ -21,9 +21,10 @@ from kopf._core.engines import posting
 
 from glm_operator.api.v1alpha1 import GLMDeploymentStatus
 from glm_operator.canary.supervisor import PodTasks, WatchedPod
+from glm_operator.control import refreshes
+from glm_operator.control.detached import HANDLER_CAUSE, detached_context
+from glm_operator.control.runtime import Runtime
 from glm_operator.handlers import glmdeployment
-from glm_operator.handlers.detached import HANDLER_CAUSE, detached_context
-from glm_operator.handlers.runtime import Runtime
 from glm_operator.planner.deployment import Outcome
 
 META = {"name": "glm", "namespace": "ns", "labels": {"glmops.dev/deployment": "glm"}}
@@ -31,8 +32,8 @@ OWNED = kopf.Body({"apiVersion": "v1", "kind": "Service", "metadata": {**META, "
 SERVICES = kopf.Resource("", "v1", "services", kind="Service")
 
 
-def _refreshed(namespace: str, name: str) -> glmdeployment.Refreshed:
-    return glmdeployment.Refreshed(
+def _refreshed(namespace: str, name: str) -> refreshes.Refreshed:
+    return refreshes.Refreshed(
         {"metadata": {"name": name, "namespace": namespace}}, Outcome(status=GLMDeploymentStatus()), wrote_status=False
     )
 
@@ -77,12 +78,12 @@ async def test_the_event_handler_returns_before_the_refresh_ends_and_restored_is
     release = threading.Event()
     calls: list[tuple[str, str, object]] = []
 
-    def refresh(namespace: str, name: str, *_: Any) -> glmdeployment.Refreshed:
+    def refresh(namespace: str, name: str, *_: Any) -> refreshes.Refreshed:
         calls.append((namespace, name, execution.cause_var.get(None)))
         release.wait(5)
         return _refreshed(namespace, name)
 
-    monkeypatch.setattr(glmdeployment, "refresh", refresh)
+    monkeypatch.setattr(refreshes, "refresh", refresh)
     logger = logging.getLogger("test")
     execution.cause_var.set(CAUSE)  # type: ignore[arg-type]
     memo.runtime.observed.record(OWNED)
@@ -107,7 +108,7 @@ async def test_a_failed_refresh_is_logged_with_its_retry_and_tells_nothing_resto
     def refresh(*_: Any) -> dict[str, Any]:
         raise kopf.TemporaryError("the API server did not answer: MaxRetryError", delay=5)
 
-    monkeypatch.setattr(glmdeployment, "refresh", refresh)
+    monkeypatch.setattr(refreshes, "refresh", refresh)
     with caplog.at_level(logging.ERROR, logger="test"):
         await glmdeployment._owned_event("DELETED", OWNED, SERVICES, logging.getLogger("test"), memo)
         for _ in range(100):

@@ -12,7 +12,7 @@ import yaml
 
 from glm_operator.api import GLMDeployment
 from glm_operator.catalog.bundle import Catalogs
-from glm_operator.handlers.runtime import Runtime
+from glm_operator.control.runtime import Runtime
 from glm_operator.k8s.catalog import CatalogSource
 from glm_operator.render.fleet import FAKE_RDMA_RESOURCE, default_fleet
 from glm_operator.render.network import MULTUS_ANNOTATION

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from glm_operator.planner import observed
-from glm_operator.planner.observed import ObservedObjects, resource_version, stale_after_relist
+from glm_operator.control import observed
+from glm_operator.control.observed import ObservedObjects, resource_version, stale_after_relist
 
 OWNED_KINDS = ("Deployment", "Service", "ConfigMap")
 

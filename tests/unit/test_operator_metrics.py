@@ -3,6 +3,7 @@ exposition that `promtool check metrics` accepts; the plugin's counters likewise
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import shutil
 import subprocess
@@ -187,12 +188,12 @@ def test_image_build_phase_follows_the_glmimage_and_goes_with_it() -> None:
     def phases(name: str) -> dict[str, float | None]:
         return {p: _value("glmops_glmimage_build_phase", {"glmimage": name, "phase": p}) for p in metrics.IMAGE_PHASES}
 
-    wake_users(_image("img-p", None), logger=None, memo=None, image_users={})  # type: ignore[arg-type]
+    asyncio.run(wake_users(_image("img-p", None), logger=None, memo=None, image_users={}))  # type: ignore[arg-type]
     assert phases("img-p") == {"Pending": 1, "Building": 0, "Succeeded": 0, "Failed": 0}
-    wake_users(_image("img-p", "Failed"), logger=None, memo=None, image_users={}, type="MODIFIED")  # type: ignore[arg-type]
+    asyncio.run(wake_users(_image("img-p", "Failed"), logger=None, memo=None, image_users={}, type="MODIFIED"))  # type: ignore[arg-type]
     assert phases("img-p") == {"Pending": 0, "Building": 0, "Succeeded": 0, "Failed": 1}
     metrics.record_image(_image("img-keep", "Building"))
-    wake_users(_image("img-p", "Failed"), logger=None, memo=None, image_users={}, type="DELETED")  # type: ignore[arg-type]
+    asyncio.run(wake_users(_image("img-p", "Failed"), logger=None, memo=None, image_users={}, type="DELETED"))  # type: ignore[arg-type]
     assert set(phases("img-p").values()) == {None}
     assert _value("glmops_glmimage_build_phase", {"glmimage": "img-keep", "phase": "Building"}) == 1
 

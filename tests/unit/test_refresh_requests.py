@@ -17,8 +17,9 @@ import kopf
 import pytest
 
 from glm_operator.canary.supervisor import PodTasks
-from glm_operator.handlers import canary, glmdeployment, resync
-from glm_operator.handlers.runtime import Runtime
+from glm_operator.control import refreshes
+from glm_operator.control.runtime import Runtime
+from glm_operator.handlers import canary, resync
 from glm_operator.k8s import objects
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.unit.test_planner_deployment import stored
@@ -82,14 +83,14 @@ def deployment(api: RecordingApi, context: Runtime) -> dict[str, Any]:
 def test_a_refresh_with_nothing_changed_since_the_last_costs_no_request(api: RecordingApi) -> None:
     context = Runtime.from_env({})
     deployment(api, context)
-    first = glmdeployment.refresh("ns", "glm", context, LOG)
+    first = refreshes.refresh("ns", "glm", context, LOG)
     assert first is not None and first.wrote_status
     assert [c[0] for c in api.calls] == ["apply"] * 4 + ["patch status"]
     assert {c[1] for c in api.calls[:4]} == {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget"}
     api.calls.clear()
     # The next events (each applied object's own, before any of them reached the watch) find everything in place.
     for _ in range(3):
-        again = glmdeployment.refresh("ns", "glm", context, LOG)
+        again = refreshes.refresh("ns", "glm", context, LOG)
         assert again is not None and not again.wrote_status
     assert api.calls == [], "the writes were read back from their answers, not from the API server"
 
@@ -97,19 +98,19 @@ def test_a_refresh_with_nothing_changed_since_the_last_costs_no_request(api: Rec
 def test_a_deleted_owned_object_is_restored_with_one_apply_and_nothing_else(api: RecordingApi) -> None:
     context = Runtime.from_env({})
     deployment(api, context)
-    glmdeployment.refresh("ns", "glm", context, LOG)
+    refreshes.refresh("ns", "glm", context, LOG)
     api.calls.clear()
     service = context.observed.get("ns", "Service", "glm")
     assert service is not None
     context.observed.forget_object(service)  # its DELETED event
-    glmdeployment.refresh("ns", "glm", context, LOG)
+    refreshes.refresh("ns", "glm", context, LOG)
     assert api.calls == [("apply", "Service", "glm")]
 
 
 def test_a_late_watch_event_of_an_older_copy_does_not_make_the_next_refresh_apply_again(api: RecordingApi) -> None:
     context = Runtime.from_env({})
     deployment(api, context)
-    glmdeployment.refresh("ns", "glm", context, LOG)
+    refreshes.refresh("ns", "glm", context, LOG)
     api.calls.clear()
     workload = context.observed.get("ns", "Deployment", "glm")
     assert workload is not None
@@ -117,27 +118,27 @@ def test_a_late_watch_event_of_an_older_copy_does_not_make_the_next_refresh_appl
     older["metadata"]["resourceVersion"] = "2"
     older["spec"]["replicas"] = 0  # as it was before the operator's apply
     assert context.observed.record(older) is False
-    glmdeployment.refresh("ns", "glm", context, LOG)
+    refreshes.refresh("ns", "glm", context, LOG)
     assert api.calls == []
 
 
 def test_an_edit_seen_by_the_watch_is_put_back_with_one_apply(api: RecordingApi) -> None:
     context = Runtime.from_env({})
     deployment(api, context)
-    glmdeployment.refresh("ns", "glm", context, LOG)
+    refreshes.refresh("ns", "glm", context, LOG)
     api.calls.clear()
     workload = context.observed.get("ns", "Deployment", "glm")
     assert workload is not None
     workload["metadata"]["resourceVersion"] = "500"
     workload["spec"]["replicas"] = 7  # someone scaled it by hand
     assert context.observed.record(workload)
-    glmdeployment.refresh("ns", "glm", context, LOG)
+    refreshes.refresh("ns", "glm", context, LOG)
     assert api.calls == [("apply", "Deployment", "glm")]
 
 
 def test_a_deployment_no_longer_observed_is_not_reconciled(api: RecordingApi) -> None:
     context = Runtime.from_env({})
-    assert glmdeployment.refresh("ns", "gone", context, LOG) is None
+    assert refreshes.refresh("ns", "gone", context, LOG) is None
     assert api.calls == []
 
 
@@ -146,7 +147,7 @@ def test_the_relist_forgets_what_was_deleted_unseen_and_names_its_deployment(
 ) -> None:
     context = Runtime.from_env({})
     deployment(api, context)
-    glmdeployment.refresh("ns", "glm", context, LOG)
+    refreshes.refresh("ns", "glm", context, LOG)
     lists: list[tuple[str, str]] = []
 
     def list_labelled(api_version: str, kind: str, namespace: str, labels: dict[str, str]) -> Any:
@@ -169,7 +170,7 @@ def test_the_relist_forgets_what_was_deleted_unseen_and_names_its_deployment(
         ]
     ), "one list per kind with copies in the namespace, none for kinds with nothing to lose"
     api.calls.clear()
-    glmdeployment.refresh("ns", "glm", context, LOG)
+    refreshes.refresh("ns", "glm", context, LOG)
     assert api.calls == [("apply", "Service", "glm")]
 
 
@@ -237,7 +238,7 @@ def test_after_an_owned_objects_deletion_the_owner_is_asked_for_once_before_anyt
     """Deleting a GLMDeployment deletes what it owns; those deletions' events may come before its own."""
     context = Runtime.from_env({})
     deployment(api, context)
-    glmdeployment.refresh("ns", "glm", context, LOG)
+    refreshes.refresh("ns", "glm", context, LOG)
     api.calls.clear()
     gets: list[tuple[str, str]] = []
 
@@ -250,14 +251,14 @@ def test_after_an_owned_objects_deletion_the_owner_is_asked_for_once_before_anyt
     assert service is not None
     context.observed.forget_object(service)
     context.confirm_owner.add(("ns", "glm"))  # as the owned object's DELETED event does
-    done = glmdeployment.refresh("ns", "glm", context, LOG)
+    done = refreshes.refresh("ns", "glm", context, LOG)
     assert gets == [("ns", "glm")]
     if owner_exists:
         assert done is not None and api.calls == [("apply", "Service", "glm")]
     else:
         assert done is None and api.calls == [], "nothing re-created for an owner that is gone"
         assert context.observed.get("ns", "GLMDeployment", "glm") is None
-    glmdeployment.refresh("ns", "glm", context, LOG)
+    refreshes.refresh("ns", "glm", context, LOG)
     assert gets == [("ns", "glm")], "asked once per deletion, not on every refresh"
 
 
@@ -284,7 +285,7 @@ def test_warnings_a_run_already_posted_are_not_posted_again(monkeypatch: pytest.
 
     posted: list[str] = []
     monkeypatch.setattr(kopf, "warn", lambda body, reason, message: posted.append(reason))
-    done = glmdeployment.Refreshed(
+    done = refreshes.Refreshed(
         {"metadata": {"name": "glm", "namespace": "ns"}},
         Outcome(status=GLMDeploymentStatus(), events=(Event("Warning", "ModelDownloadFailed", "x"),)),
         wrote_status=True,
@@ -292,7 +293,7 @@ def test_warnings_a_run_already_posted_are_not_posted_again(monkeypatch: pytest.
     for _ in range(2):  # two waiters of the same run
         future: asyncio.Future[Any] = asyncio.new_event_loop().create_future()
         future.set_result(done)
-        glmdeployment._refreshed(Runtime.from_env({}), ("ns", "glm"), (), LOG, future)
+        refreshes._refreshed(Runtime.from_env({}), ("ns", "glm"), (), LOG, future)
     assert posted == ["ModelDownloadFailed"]
 
 
@@ -311,5 +312,20 @@ def test_an_owner_check_that_fails_is_asked_again_by_the_next_refresh(
     monkeypatch.setattr(objects, "get_glmdeployment", get_glmdeployment)
     context.confirm_owner.add(("ns", "glm"))
     with pytest.raises(kopf.TemporaryError):
-        glmdeployment.refresh("ns", "glm", context, LOG)
+        refreshes.refresh("ns", "glm", context, LOG)
     assert ("ns", "glm") in context.confirm_owner, "still to be asked"
+
+
+def test_a_glmimage_change_refreshes_its_users_through_their_work_queues(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GLMImage's change asks each waiting deployment for a refresh the way an owned object's event does: through
+    the per-deployment work queue, never by running one beside a run already in flight."""
+    from glm_operator.handlers.glmimage import wake_users
+
+    asked: list[tuple[str, str]] = []
+    monkeypatch.setattr(refreshes, "request_refresh", lambda context, key, logger, deleted=(): asked.append(key))
+    monkeypatch.setattr(refreshes, "refresh", lambda *_: pytest.fail("refreshed outside the work queue"))
+    memo = SimpleNamespace(runtime=Runtime.from_env({}))
+    image = {"metadata": {"name": "img"}, "spec": {"image": "registry.test/vllm:x"}, "status": {}}
+    users = {"registry.test/vllm:x": [("ns", "a"), ("ns", "b")]}
+    asyncio.run(wake_users(image, logger=LOG, memo=memo, image_users=users, type="MODIFIED"))  # type: ignore[arg-type]
+    assert asked == [("ns", "a"), ("ns", "b")]

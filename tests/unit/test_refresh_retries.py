@@ -15,10 +15,10 @@ import kopf
 import pytest
 
 from glm_operator.api.v1alpha1 import GLMDeploymentStatus
-from glm_operator.handlers import glmdeployment
-from glm_operator.handlers.runtime import Runtime
+from glm_operator.control import refreshes
+from glm_operator.control.retry import Retries
+from glm_operator.control.runtime import Runtime
 from glm_operator.planner.deployment import Outcome
-from glm_operator.planner.retry import Retries
 
 LOG = logging.getLogger("test")
 KEY = ("ns", "glm")
@@ -57,11 +57,11 @@ class Flaky:
         self.error = error
         self.runs = 0
 
-    def __call__(self, namespace: str, name: str, *_: Any) -> glmdeployment.Refreshed:
+    def __call__(self, namespace: str, name: str, *_: Any) -> refreshes.Refreshed:
         self.runs += 1
         if self.runs <= self.failures:
             raise self.error
-        return glmdeployment.Refreshed(BODY, Outcome(status=GLMDeploymentStatus()), wrote_status=False)
+        return refreshes.Refreshed(BODY, Outcome(status=GLMDeploymentStatus()), wrote_status=False)
 
 
 @pytest.fixture
@@ -74,7 +74,7 @@ def warned(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
 
 def refreshing(monkeypatch: pytest.MonkeyPatch, flaky: Flaky, base: float = 0.01) -> Runtime:
     """A runtime that knows the deployment, whose refreshes run `flaky`, retried `base` seconds after a failure."""
-    monkeypatch.setattr(glmdeployment, "refresh", flaky)
+    monkeypatch.setattr(refreshes, "refresh", flaky)
     context = Runtime.from_env({})
     context.retries.base = base
     context.observed.record(BODY, "GLMDeployment")
@@ -94,7 +94,7 @@ async def test_a_failed_refresh_is_retried_until_it_succeeds_and_warns_once(
 ) -> None:
     flaky = Flaky(3, RuntimeError("quota exceeded"))
     context = refreshing(monkeypatch, flaky)
-    glmdeployment.request_refresh(context, KEY, LOG, deleted=("glm-svc",))
+    refreshes.request_refresh(context, KEY, LOG, deleted=("glm-svc",))
     await until(lambda: flaky.runs == 4 and context.retries.attempts(KEY) == 0)
     assert context.retries.pending() == 0
     reasons = [reason for reason, _ in warned]
@@ -108,7 +108,7 @@ async def test_waiters_of_one_failed_run_schedule_one_retry(
     flaky = Flaky(1, RuntimeError("boom"))
     context = refreshing(monkeypatch, flaky, base=0.2)
     for _ in range(5):  # a burst of events: one run, five waiters
-        glmdeployment.request_refresh(context, KEY, LOG)
+        refreshes.request_refresh(context, KEY, LOG)
     await until(lambda: context.retries.pending() == 1)
     assert context.retries.attempts(KEY) == 1
     await until(lambda: flaky.runs == 2 and context.retries.attempts(KEY) == 0)
@@ -123,7 +123,7 @@ async def test_an_api_outage_waits_the_delay_the_error_names(
     context = refreshing(monkeypatch, flaky)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    glmdeployment.request_refresh(context, KEY, LOG)
+    refreshes.request_refresh(context, KEY, LOG)
     await until(lambda: flaky.runs == 2)
     assert loop.time() - started >= 0.3
 
@@ -134,7 +134,7 @@ async def test_a_paused_replica_schedules_no_retry(
     flaky = Flaky(1, RuntimeError("boom"))
     context = refreshing(monkeypatch, flaky)
     context.retries.pause()
-    glmdeployment.request_refresh(context, KEY, LOG)
+    refreshes.request_refresh(context, KEY, LOG)
     await until(lambda: flaky.runs == 1)
     await asyncio.sleep(0.1)
     assert flaky.runs == 1 and context.retries.pending() == 0
@@ -145,9 +145,9 @@ async def test_a_success_from_another_request_drops_the_pending_retry(
 ) -> None:
     flaky = Flaky(1, RuntimeError("boom"))
     context = refreshing(monkeypatch, flaky, base=0.5)
-    glmdeployment.request_refresh(context, KEY, LOG, deleted=("glm",))
+    refreshes.request_refresh(context, KEY, LOG, deleted=("glm",))
     await until(lambda: context.retries.pending() == 1)
-    glmdeployment.request_refresh(context, KEY, LOG)  # the next owned-object event, before the retry is due
+    refreshes.request_refresh(context, KEY, LOG)  # the next owned-object event, before the retry is due
     await until(lambda: flaky.runs == 2 and context.retries.pending() == 0)
     assert context.retries.attempts(KEY) == 0
     await asyncio.sleep(0.7)
@@ -160,10 +160,10 @@ async def test_every_deletion_a_failed_run_served_is_told_once_a_retry_restores_
 ) -> None:
     flaky = Flaky(2, RuntimeError("boom"))
     context = refreshing(monkeypatch, flaky, base=0.05)
-    glmdeployment.request_refresh(context, KEY, LOG)  # a status change
-    glmdeployment.request_refresh(context, KEY, LOG, deleted=("glm",))  # and the Service's deletion, one run
+    refreshes.request_refresh(context, KEY, LOG)  # a status change
+    refreshes.request_refresh(context, KEY, LOG, deleted=("glm",))  # and the Service's deletion, one run
     await until(lambda: context.retries.pending() == 1)
-    glmdeployment.request_refresh(context, KEY, LOG, deleted=("glm-canary",))  # fails again, a retry pending
+    refreshes.request_refresh(context, KEY, LOG, deleted=("glm-canary",))  # fails again, a retry pending
     await until(lambda: flaky.runs == 3 and context.retries.attempts(KEY) == 0)
     restored = sorted(m for r, m in warned if r == "Restored")
     assert restored == ["re-created glm after it was deleted", "re-created glm-canary after it was deleted"]
@@ -180,7 +180,7 @@ async def test_a_long_api_error_is_one_bounded_line_with_the_servers_reason(
     flaky = Flaky(1, error)
     context = refreshing(monkeypatch, flaky, base=60.0)
     with caplog.at_level(logging.ERROR, logger="test"):
-        glmdeployment.request_refresh(context, KEY, LOG)
+        refreshes.request_refresh(context, KEY, LOG)
         await until(lambda: context.retries.pending() == 1)
     context.retries.pause()
     (line,) = [r.getMessage() for r in caplog.records]

@@ -7,7 +7,7 @@ import types
 import kopf
 import pytest
 
-from glm_operator.handlers.runtime import Runtime, runtime
+from glm_operator.control.runtime import Runtime, runtime
 from glm_operator.handlers.settings import log_level
 
 

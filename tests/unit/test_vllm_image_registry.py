@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from glm_operator.catalog.images import load_images
-from glm_operator.handlers.runtime import Runtime
+from glm_operator.control.runtime import Runtime
 from glm_operator.render.imagebuild import ImageBuildError
 
 

@@ -1,5 +1,5 @@
 """kopf registrations. `kopf run -m glm_operator.handlers` loads every handler module below."""
 
-from glm_operator.handlers import admission, canary, glmdeployment, glmimage, resync, runtime, settings
+from glm_operator.handlers import admission, canary, glmdeployment, glmimage, resync, settings
 
-__all__ = ["admission", "canary", "glmdeployment", "glmimage", "resync", "runtime", "settings"]
+__all__ = ["admission", "canary", "glmdeployment", "glmimage", "resync", "settings"]

@@ -22,7 +22,7 @@ import kopf
 
 from glm_operator.api import GROUP, PLURAL, VERSION
 from glm_operator.api.constants import REPAIR_WEBHOOK_ID, VALIDATE_WEBHOOK_ID
-from glm_operator.handlers.runtime import Runtime, runtime
+from glm_operator.control.runtime import Runtime, runtime
 from glm_operator.k8s.access import AccessCheckFailed, denied
 from glm_operator.k8s.metrics import record_admission
 from glm_operator.k8s.webhooks import decide, large_review

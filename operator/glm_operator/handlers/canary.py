@@ -31,8 +31,8 @@ from glm_operator.canary.client import EndpointError, OpenAIClient
 from glm_operator.canary.peering import paused_by_peers
 from glm_operator.canary.suite import SuiteInputs, run_suite
 from glm_operator.canary.supervisor import PodTasks, WatchedPod
-from glm_operator.handlers.detached import detached_context
-from glm_operator.handlers.runtime import Runtime, runtime
+from glm_operator.control.detached import detached_context
+from glm_operator.control.runtime import Runtime, runtime
 from glm_operator.k8s import objects, pods
 from glm_operator.k8s.canary_data import gsm8k_for
 from glm_operator.k8s.client import API_UNREACHABLE

@@ -13,8 +13,8 @@ import kopf
 from glm_operator.api import GROUP, PLURAL, VERSION
 from glm_operator.api.constants import ImageConditionType
 from glm_operator.api.glmimage import IMAGE_PLURAL, ImagePhase
-from glm_operator.handlers.glmdeployment import refresh
-from glm_operator.handlers.runtime import REGISTRATION, runtime
+from glm_operator.control import refreshes
+from glm_operator.control.runtime import REGISTRATION, runtime
 from glm_operator.k8s import metrics
 from glm_operator.k8s.imagebuild import follow_build, start_build
 from glm_operator.render.imagebuild import planned_image
@@ -51,15 +51,16 @@ def image_users(
     return {ref: (namespace, name)} if ref and namespace else None
 
 
-def wake_users(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **kwargs: Any) -> None:
-    """A GLMImage changed (or was deleted, to rebuild): reconcile every deployment running its image."""
+async def wake_users(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **kwargs: Any) -> None:
+    """A GLMImage changed (or was deleted, to rebuild): refresh every deployment running its image, each through its
+    own work queue like any other refresh (one run per deployment at a time)."""
     if kwargs.get("type") == "DELETED":
         metrics.forget_image(body.get("metadata", {}).get("name", ""))
     else:
         metrics.record_image(body)
     users: kopf.Index[str, tuple[str, str]] = kwargs["image_users"]  # kopf passes indexes by their id
     for namespace, name in list(users.get(body.get("spec", {}).get("image", ""), [])):
-        refresh(namespace, name, runtime(memo), logger)
+        refreshes.request_refresh(runtime(memo), (namespace, name), logger)
 
 
 if REGISTRATION.enabled:

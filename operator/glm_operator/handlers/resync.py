@@ -1,6 +1,6 @@
 """A re-list of the operator's objects every GLMOPS_RESYNC_SECONDS: what no watch saw deleted is forgotten.
 
-The operator reads its objects as its watches last delivered them (`planner/observed.py`). A watch that breaks and
+The operator reads its objects as its watches last delivered them (`control/observed.py`). A watch that breaks and
 cannot resume (410 Gone, a network cut), or one paused while another replica was the active one (kopf's peering),
 starts again from a fresh list, and an object deleted in between never gets its DELETED event: its copy would stay,
 and a deployment would never re-create an owned object it believes exists. After a pause the re-list comes 30 s
@@ -20,14 +20,14 @@ from typing import Any
 
 import kopf
 
-from glm_operator.api import API_VERSION
+from glm_operator.api import API_VERSION, KIND
 from glm_operator.api.constants import MANAGED
 from glm_operator.canary.supervisor import PodTasks
-from glm_operator.handlers.detached import detached_context
-from glm_operator.handlers.glmdeployment import KIND, request_refresh
-from glm_operator.handlers.runtime import Runtime, runtime
+from glm_operator.control.detached import detached_context
+from glm_operator.control.observed import OwnerKey, stale_after_relist
+from glm_operator.control.refreshes import request_refresh
+from glm_operator.control.runtime import Runtime, runtime
 from glm_operator.k8s import objects
-from glm_operator.planner.observed import OwnerKey, stale_after_relist
 
 log = logging.getLogger(__name__)
 DEFAULT_RESYNC_S = 600.0

@@ -15,8 +15,8 @@ from typing import Any
 import kopf
 
 from glm_operator.api.constants import MANAGED, OWNED_KINDS, SERVING, selector
+from glm_operator.control.runtime import REGISTRATION, Runtime
 from glm_operator.handlers import admission
-from glm_operator.handlers.runtime import REGISTRATION, Runtime
 from glm_operator.k8s import logs
 from glm_operator.k8s.metrics import serve_metrics
 from glm_operator.k8s.webhooks import SecretWebhookServer, webhook_server_from_env

@@ -18,12 +18,12 @@ from typing import Any
 
 from glm_operator.catalog.access_policy import AccessPolicy
 from glm_operator.catalog.image_policy import ImagePolicy
+from glm_operator.control.coalesce import Coalescer
+from glm_operator.control.observed import ObservedObjects
+from glm_operator.control.retry import Retries
 from glm_operator.k8s.admission_cache import AdmissionCache
 from glm_operator.k8s.catalog import CatalogSource
 from glm_operator.k8s.objects import OWNED_KINDS
-from glm_operator.planner.coalesce import Coalescer
-from glm_operator.planner.observed import ObservedObjects
-from glm_operator.planner.retry import Retries
 from glm_operator.render.imagebuild import BuildSettings, ImageBuildError
 from glm_operator.render.storage import DownloadSettings
 
