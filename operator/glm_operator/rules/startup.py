@@ -7,6 +7,7 @@ handled. Each check here cites the vLLM lines it mirrors (checked by tests/vllm_
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from glm_operator.catalog.versions import Version
 from glm_operator.catalog.vllm_facts import source_lines
@@ -15,6 +16,22 @@ from glm_operator.rules.findings import Finding
 from glm_operator.rules.partition import parse_partition
 
 PP_ENV = "VLLM_PP_LAYER_PARTITION"
+
+
+@dataclass(frozen=True)
+class StartupRefusal:
+    """One start-up refusal: the rule id its findings carry, and the entry of `lines` in vllm-fact-locations.yaml
+    holding the vLLM lines it cites per version (None where the lines it cites are not located from the source)."""
+
+    id: str
+    cites: str | None
+
+
+PP_PARTITION = StartupRefusal("startup/pp-partition", "get-pp-indices")
+MOE_BACKEND_MODEL = StartupRefusal("startup/moe-backend-model", "moe-backend-model")
+MOE_BACKEND_ALL2ALL = StartupRefusal("startup/moe-backend-all2all", "moe-backend-all2all")
+EXTRA_ARGS_JSON = StartupRefusal("startup/extra-args-json", None)
+STARTUP_REFUSALS = (PP_PARTITION, MOE_BACKEND_MODEL, MOE_BACKEND_ALL2ALL, EXTRA_ARGS_JSON)
 
 # vllm/distributed/utils.py, get_pp_indices: (def line, int() parse refusal, entry-count refusal, sum refusal),
 # per version, read from the source by `python -m tests.vllm_source.locate` (catalog/data/vllm-fact-locations.yaml).
@@ -47,7 +64,7 @@ def pp_partition_valid(ctx: Context) -> list[Finding]:
         cite = f" (vllm/distributed/utils.py:{where[0]} get_pp_indices)" if where else ""
         return [
             Finding(
-                rule="startup/pp-partition",
+                rule=PP_PARTITION.id,
                 severity="error",
                 field=ctx.env_field(PP_ENV),
                 value=env,
@@ -116,7 +133,7 @@ def moe_backend_fits_model(ctx: Context) -> list[Finding]:
     if backend in names and arch not in MODEL_RESTRICTED_ARCHITECTURES:
         return [
             Finding(
-                rule="startup/moe-backend-model",
+                rule=MOE_BACKEND_MODEL.id,
                 severity="error",
                 field="spec.engine.moeBackend",
                 value=ctx.spec.engine.moe_backend,
@@ -133,7 +150,7 @@ def moe_backend_fits_model(ctx: Context) -> list[Finding]:
     if backend in names and all2all not in DEFAULT_ALL2ALL:
         return [
             Finding(
-                rule="startup/moe-backend-all2all",
+                rule=MOE_BACKEND_ALL2ALL.id,
                 severity="error",
                 field="spec.engine.all2allBackend",
                 value=all2all,
@@ -204,7 +221,7 @@ def extra_args_json_knobs(ctx: Context) -> list[Finding]:
                 continue
             out.append(
                 Finding(
-                    rule="startup/extra-args-json",
+                    rule=EXTRA_ARGS_JSON.id,
                     severity="error",
                     field=f"spec.engine.extraArgs[{i}]",
                     value=arg,
