@@ -361,6 +361,12 @@ def test_an_undeclared_startup_refusal_or_unregistered_patch_module_is_found(tmp
         (cl.PATCHES_MD, "0.33.0, 0.34.0.", "0.33.0.", f"{cl.PATCHES_MD} does not list it as proven"),
         (cl.LOCATIONS, "    0.34.0: [238]\n", "", f"{cl.LOCATIONS} has no lines entry for it (moe-backend-model)"),
         ("README.md", "0.34.0", "0.3x", "README.md does not name it"),
+        (
+            cl.RULES_MD,
+            "| 0.34.0 | `config/parallel.py:45` |\n",
+            "",
+            f"{cl.RULES_MD} gives its source line for 24 of 25",
+        ),
     ],
 )
 def test_a_version_missing_from_a_list_fails_naming_the_list(
