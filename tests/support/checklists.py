@@ -304,8 +304,6 @@ def refusal_missing(
         out.append(f"{item}: no row in {STARTUP_MD} (the vLLM refusal, where per version, the rule, the tests)")
     if refusal.id not in tree.text(STARTUP_TESTS):
         out.append(f"{item}: no test names it in {STARTUP_TESTS}")
-    if refusal.cites is None:
-        return out
     if refusal.cites not in set(line_readers):
         out.append(
             f"{item}: no reader of its lines {refusal.cites}: add it to LINE_READERS of tests/vllm_source/extract.py"

@@ -334,13 +334,16 @@ def test_a_startup_refusal_citing_other_lines_than_the_source_fails_naming_the_v
     ]
 
 
-def test_a_startup_refusal_without_row_test_or_located_lines_fails_naming_each(tmp_path: Path) -> None:
+def test_a_startup_refusal_without_row_test_reader_or_located_lines_fails_naming_each(tmp_path: Path) -> None:
     tree = _copy(tmp_path)
     _edit(tree, cl.STARTUP_MD, "`startup/moe-backend-model`", "`x`")
     _edit(tree, cl.STARTUP_TESTS, "startup/moe-backend-model", "x")
     _edit(tree, cl.LOCATIONS, "  moe-backend-model:\n", "  x:\n")
-    found = "\n".join(missing_for_refusal("startup/moe-backend-model", tree))
-    for piece in (f"no row in {cl.STARTUP_MD}", f"no test names it in {cl.STARTUP_TESTS}"):
+    readers = set(LINE_READERS) - {"moe-backend-model"}
+    found = "\n".join(
+        cl.refusal_missing(REFUSALS["startup/moe-backend-model"], tree, line_readers=readers, versions=VERSIONS)
+    )
+    for piece in (f"no row in {cl.STARTUP_MD}", f"no test names it in {cl.STARTUP_TESTS}", "no reader of its lines"):
         assert f"start-up refusal startup/moe-backend-model: {piece}" in found, found
     assert "its lines moe-backend-model are not located in vLLM 0.26.0" in found, found
 
