@@ -410,7 +410,7 @@ def startup_rule_ids(tree: Tree) -> set[str]:
     """The rule ids startup.py spells as a string in a finding (`rule="startup/..."`) instead of a declared
     refusal's `.id`: each is a start-up refusal missing from STARTUP_REFUSALS."""
     return {
-        n.value.value
+        str(n.value.value)
         for n in ast.walk(ast.parse(tree.text(STARTUP_PY)))
         if isinstance(n, ast.keyword) and n.arg == "rule" and isinstance(n.value, ast.Constant)
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from glm_operator.catalog.images import load_images
 from glm_operator.rules import known_issues
 from glm_operator.rules.engine import admit
 from glm_operator.rules.known_issues import KNOWN_ISSUES
+from glm_operator.rules.registry import RuleInfo
 from glm_operator.rules.startup import STARTUP_REFUSALS
 from glm_operator.sim.faults import KNOWN_FAILURES
 from tests.support import checklists as cl
@@ -44,10 +46,9 @@ def refused_by(sample: str, root: Path = cl.REPO) -> set[str]:
     return {e.rule for e in admit(yaml.safe_load((root / sample).read_text()), CATALOGS).errors}
 
 
-def missing_for_rule(rule_id: str, tree: cl.Tree = TREE, rules: dict[str, object] | None = None) -> list[str]:
-    rule = RULES[rule_id] if rules is None else rules[rule_id]
+def missing_for_rule(rule_id: str, tree: cl.Tree = TREE, rules: Mapping[str, RuleInfo] = RULES) -> list[str]:
     return cl.rule_missing(
-        rule,  # type: ignore[arg-type]
+        rules[rule_id],
         tree,
         fact_ids=set(FACTS),
         patch_issues={p.info.name: p.info.issue for p in PATCHES},
@@ -56,12 +57,12 @@ def missing_for_rule(rule_id: str, tree: cl.Tree = TREE, rules: dict[str, object
     )
 
 
-def missing_for_fact(fact_id: str, tree: cl.Tree = TREE, readers: object = READERS) -> list[str]:
+def missing_for_fact(fact_id: str, tree: cl.Tree = TREE, readers: Iterable[str] = READERS) -> list[str]:
     return cl.fact_missing(
         FACTS[fact_id],
         FACT_CONSTS[fact_id],
         tree,
-        readers=readers,  # type: ignore[arg-type]
+        readers=readers,
         versions=VERSIONS,
         rules=KNOWN_ISSUES,
     )
@@ -258,7 +259,7 @@ def test_a_rule_without_a_piece_fails_naming_it(tmp_path: Path, rel: str, old: s
 )
 def test_a_rule_declaration_missing_a_piece_fails_naming_it(change: dict[str, object], expected: str) -> None:
     rules = {**RULES, "vllm-52833": dataclasses.replace(RULES["vllm-52833"], **change)}  # type: ignore[arg-type]
-    found = missing_for_rule("vllm-52833", rules=rules)  # type: ignore[arg-type]
+    found = missing_for_rule("vllm-52833", rules=rules)
     assert any(m.startswith("rule vllm-52833: ") and expected in m for m in found), found
 
 
@@ -348,11 +349,14 @@ def test_a_startup_refusal_without_row_test_reader_or_located_lines_fails_naming
     assert "its lines moe-backend-model are not located in vLLM 0.26.0" in found, found
 
 
-def test_an_undeclared_startup_refusal_or_unregistered_patch_module_is_found(tmp_path: Path) -> None:
+def test_an_undeclared_refusal_an_unregistered_patch_module_or_rule_is_found(tmp_path: Path) -> None:
     tree = _copy(tmp_path)
     _edit(tree, cl.STARTUP_PY, "rule=EXTRA_ARGS_JSON.id", 'rule="startup/new-check"')
     (tree.root / cl.PLUGIN / "patch_new_fix.py").write_text("")
     assert cl.startup_rule_ids(tree) == {"startup/new-check"}
+    with (tree.root / cl.KNOWN_ISSUES_PY).open("a") as f:
+        f.write("\nVLLM_1 = RuleInfo(id='vllm-1')\n")
+    assert "VLLM_1" in cl.declared(tree, cl.KNOWN_ISSUES_PY, "RuleInfo")
     assert "new-fix" in cl.patch_modules(tree)
 
 
