@@ -25,12 +25,6 @@ def test_every_sample_parses_as_a_glmdeployment(path: Path) -> None:
     assert parsed.spec.model.name
 
 
-def test_samples_cover_each_upstream_issue_broken_and_fixed() -> None:
-    names = {p.name for p in SAMPLES}
-    for issue in ("vllm-58729", "vllm-63170-h200-pp8", "vllm-63170-rtx-pp2", "vllm-52833"):
-        assert {f"{issue}-broken.yaml", f"{issue}-fixed.yaml"} <= names
-
-
 @pytest.mark.parametrize(
     "tensor, pipeline, data, expert, summary, gpus",
     [

@@ -585,8 +585,23 @@ def moe_backend_all2all_line(src: Source) -> tuple[int, ...]:
     return _kernel_raise(src, "bind_passthrough_all2all_backend", "dispatches and combines itself")
 
 
+JSON_CONFIG_FLAGS = ("--kernel-config", "--attention-config", "--speculative-config")
+
+
+def extra_args_json_lines(src: Source) -> tuple[int, ...]:
+    """engine/arg_utils.py EngineArgs.add_cli_args: the lines adding --kernel-config, --attention-config and
+    --speculative-config; then utils/argparse_utils.py FlexibleArgumentParser.parse_args: the line taking a dotted
+    `--flag.key` into the flag's JSON."""
+    cli = (src.root / "engine/arg_utils.py").read_text().splitlines()
+    flags = tuple(_one_line(cli, range(1, len(cli) + 1), f"adding {f}", f'"{f}"') for f in JSON_CONFIG_FLAGS)
+    parser = (src.root / "utils/argparse_utils.py").read_text().splitlines()
+    dotted = 'processed_arg.startswith("-") and "." in processed_arg'
+    return (*flags, _one_line(parser, range(1, len(parser) + 1), "reading a dotted --flag.key", dotted))
+
+
 LINE_READERS: dict[str, Callable[[Source], tuple[int, ...]]] = {
     "get-pp-indices": get_pp_indices_lines,
     "moe-backend-model": moe_backend_model_line,
     "moe-backend-all2all": moe_backend_all2all_line,
+    "extra-args-json": extra_args_json_lines,
 }

@@ -35,7 +35,8 @@ LINES_HEADER = (
     "# The vLLM lines glm_operator/rules/startup.py cites, per version ([] where the version has no such check):\n"
     "# get-pp-indices: distributed/utils.py get_pp_indices (def, unparsable, entry count, sum refusals);\n"
     "# moe-backend-model / moe-backend-all2all: the refusal in config/kernel.py validate_flashinfer_moe_ep_model /\n"
-    "# bind_passthrough_all2all_backend.\n"
+    "# bind_passthrough_all2all_backend; extra-args-json: engine/arg_utils.py adding --kernel-config,\n"
+    "# --attention-config, --speculative-config, and utils/argparse_utils.py reading a dotted --flag.key.\n"
 )
 
 Reader = Callable[[Source], tuple[Any, str]]

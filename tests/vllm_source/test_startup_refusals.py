@@ -196,3 +196,7 @@ def test_json_config_flags_and_their_managed_keys_exist(version: str) -> None:
             assert key in declared, f"{cls} of vLLM {version} has no field {key}"
     parser = (src.root / "utils/argparse_utils.py").read_text()
     assert 'processed_arg.startswith("-") and "." in processed_arg' in parser  # the dotted spelling
+
+
+def test_the_located_json_flag_lines_are_the_flags_the_refusal_reads() -> None:
+    assert set(extract.JSON_CONFIG_FLAGS) == set(JSON_FLAGS)

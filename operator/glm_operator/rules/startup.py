@@ -7,6 +7,7 @@ handled. Each check here cites the vLLM lines it mirrors (checked by tests/vllm_
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from glm_operator.catalog.versions import Version
 from glm_operator.catalog.vllm_facts import source_lines
@@ -16,12 +17,28 @@ from glm_operator.rules.partition import parse_partition
 
 PP_ENV = "VLLM_PP_LAYER_PARTITION"
 
+
+@dataclass(frozen=True)
+class StartupRefusal:
+    """One start-up refusal: the rule id its findings carry, and the entry of `lines` in vllm-fact-locations.yaml
+    holding, per version, the vLLM lines it mirrors (docs/startup-refusals.md cites them)."""
+
+    id: str
+    cites: str
+
+
+PP_PARTITION = StartupRefusal("startup/pp-partition", "get-pp-indices")
+MOE_BACKEND_MODEL = StartupRefusal("startup/moe-backend-model", "moe-backend-model")
+MOE_BACKEND_ALL2ALL = StartupRefusal("startup/moe-backend-all2all", "moe-backend-all2all")
+EXTRA_ARGS_JSON = StartupRefusal("startup/extra-args-json", "extra-args-json")
+STARTUP_REFUSALS = (PP_PARTITION, MOE_BACKEND_MODEL, MOE_BACKEND_ALL2ALL, EXTRA_ARGS_JSON)
+
 # vllm/distributed/utils.py, get_pp_indices: (def line, int() parse refusal, entry-count refusal, sum refusal),
 # per version, read from the source by `python -m tests.vllm_source.locate` (catalog/data/vllm-fact-locations.yaml).
 # Every model builds its decoder layers through make_layers -> get_pp_indices, at any pipeline size.
 GET_PP_INDICES_LINES: dict[str, tuple[int, int, int, int]] = {
     version: (found[0], found[1], found[2], found[3])
-    for version, found in source_lines("get-pp-indices").items()
+    for version, found in source_lines(PP_PARTITION.cites).items()
     if len(found) == 4
 }
 
@@ -47,7 +64,7 @@ def pp_partition_valid(ctx: Context) -> list[Finding]:
         cite = f" (vllm/distributed/utils.py:{where[0]} get_pp_indices)" if where else ""
         return [
             Finding(
-                rule="startup/pp-partition",
+                rule=PP_PARTITION.id,
                 severity="error",
                 field=ctx.env_field(PP_ENV),
                 value=env,
@@ -80,7 +97,7 @@ def _refused_per_version(
 # backends for any architecture outside FLASHINFER_MOE_EP_ARCHITECTURES (DeepSeek-V4 only), so for GLM-5.x:
 # version -> (the names, the line that raises in validate_flashinfer_moe_ep_model).
 MODEL_RESTRICTED_MOE = _refused_per_version(
-    "moe-backend-model",
+    MOE_BACKEND_MODEL.cites,
     (
         ("0.30.0", frozenset({"flashinfer_moe_ep_mega_deep_gemm", "flashinfer_moe_ep_mega_cutedsl"})),
         ("0.32.0", frozenset({"flashinfer_moe_ep_mega_deep_gemm"})),
@@ -91,7 +108,7 @@ MODEL_RESTRICTED_ARCHITECTURES = frozenset({"DeepseekV4ForCausalLM", "DeepSeekV4
 # vllm/config/kernel.py bind_passthrough_all2all_backend: these MoE backends dispatch and combine themselves
 # and refuse any all-to-all backend but the default: version -> (the names, the line that raises).
 SELF_DISPATCHING_MOE = _refused_per_version(
-    "moe-backend-all2all",
+    MOE_BACKEND_ALL2ALL.cites,
     (("0.32.0", frozenset({"flashinfer_moe_ep_cutedsl", "flashinfer_moe_ep_mega_deep_gemm"})),),
 )
 DEFAULT_ALL2ALL = ("auto", "allgather_reducescatter")
@@ -116,7 +133,7 @@ def moe_backend_fits_model(ctx: Context) -> list[Finding]:
     if backend in names and arch not in MODEL_RESTRICTED_ARCHITECTURES:
         return [
             Finding(
-                rule="startup/moe-backend-model",
+                rule=MOE_BACKEND_MODEL.id,
                 severity="error",
                 field="spec.engine.moeBackend",
                 value=ctx.spec.engine.moe_backend,
@@ -133,7 +150,7 @@ def moe_backend_fits_model(ctx: Context) -> list[Finding]:
     if backend in names and all2all not in DEFAULT_ALL2ALL:
         return [
             Finding(
-                rule="startup/moe-backend-all2all",
+                rule=MOE_BACKEND_ALL2ALL.id,
                 severity="error",
                 field="spec.engine.all2allBackend",
                 value=all2all,
@@ -147,10 +164,10 @@ def moe_backend_fits_model(ctx: Context) -> list[Finding]:
     return []
 
 
-# vLLM's JSON config flags (engine/arg_utils.py EngineArgs.add_cli_args; --kernel-config at 0.26.0:1565 ...
-# 0.34.0:1929, --attention-config/-ac at 0.26.0:1562 ... 0.34.0:1925) and the keys in them glmops renders from
-# the spec. FlexibleArgumentParser.parse_args (utils/argparse_utils.py, 0.32.0:425) also takes any key of them
-# as `--flag.key value` or `--flag.key=value` (JSON or plain), merged into the flag's JSON.
+# vLLM's JSON config flags (engine/arg_utils.py EngineArgs.add_cli_args) and the keys in them glmops renders from
+# the spec. FlexibleArgumentParser.parse_args (utils/argparse_utils.py) also takes any key of them as
+# `--flag.key value` or `--flag.key=value` (JSON or plain), merged into the flag's JSON. The lines, per version:
+# `extra-args-json` in catalog/data/vllm-fact-locations.yaml.
 JSON_FLAGS = {
     "--kernel-config": {"moe_backend": "spec.engine.moeBackend"},
     "--attention-config": {"backend": "spec.engine.attentionBackend"},
@@ -204,7 +221,7 @@ def extra_args_json_knobs(ctx: Context) -> list[Finding]:
                 continue
             out.append(
                 Finding(
-                    rule="startup/extra-args-json",
+                    rule=EXTRA_ARGS_JSON.id,
                     severity="error",
                     field=f"spec.engine.extraArgs[{i}]",
                     value=arg,
