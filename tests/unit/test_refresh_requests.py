@@ -18,7 +18,7 @@ import pytest
 
 from glm_operator.canary.supervisor import PodTasks
 from glm_operator.control import refreshes
-from glm_operator.control.runtime import Runtime
+from glm_operator.control.runtime import Runtime, resync_seconds
 from glm_operator.handlers import canary, resync
 from glm_operator.k8s import objects
 from tests.support.builders import GLMDeploymentBuilder as B
@@ -66,7 +66,7 @@ def api(monkeypatch: pytest.MonkeyPatch) -> RecordingApi:
     monkeypatch.setattr(objects, "apply", recorder.apply)
     monkeypatch.setattr(objects, "delete", recorder.delete)
     monkeypatch.setattr(objects, "patch_glmdeployment_status", recorder.patch_status)
-    monkeypatch.setattr(objects, "lws_available", lambda: False)
+    monkeypatch.setattr(objects, "lws_available", lambda *_: False)
     for read in ("get_glmdeployment", "owned", "list_labelled"):
         monkeypatch.setattr(objects, read, no_read)
     return recorder
@@ -176,13 +176,13 @@ def test_the_relist_forgets_what_was_deleted_unseen_and_names_its_deployment(
 
 @pytest.mark.parametrize(("raw", "seconds"), [("", 600.0), ("30", 30.0), ("0", 0.0)])
 def test_the_relist_interval_is_a_setting(raw: str, seconds: float) -> None:
-    assert resync.resync_seconds({"GLMOPS_RESYNC_SECONDS": raw}) == seconds
+    assert resync_seconds({"GLMOPS_RESYNC_SECONDS": raw}) == seconds
 
 
 @pytest.mark.parametrize("raw", ["soon", "-5"])
 def test_a_malformed_relist_interval_names_the_setting_and_the_fix(raw: str) -> None:
     with pytest.raises(ValueError, match=r"GLMOPS_RESYNC_SECONDS: .* use e\.g\. 600, or 0 for off"):
-        resync.resync_seconds({"GLMOPS_RESYNC_SECONDS": raw})
+        resync_seconds({"GLMOPS_RESYNC_SECONDS": raw})
 
 
 async def test_a_replica_active_again_after_a_pause_relists_soon_not_at_the_next_interval(

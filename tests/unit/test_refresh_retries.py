@@ -191,7 +191,7 @@ async def test_a_long_api_error_is_one_bounded_line_with_the_servers_reason(
 def test_a_runtime_built_later_shares_the_live_state_of_the_first() -> None:
     first, later = Runtime.from_env({}), Runtime.from_env({})
     shared = later.sharing_state_of(first)
-    settings = {"catalogs", "image_build", "downloads"}
+    settings = {"catalogs", "image_build", "downloads", "settings"}
     for name in Runtime.__dataclass_fields__:
         if name not in settings:
             assert getattr(shared, name) is getattr(first, name), name

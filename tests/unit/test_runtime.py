@@ -7,7 +7,7 @@ import types
 import kopf
 import pytest
 
-from glm_operator.control.runtime import Runtime, runtime
+from glm_operator.control.runtime import Runtime, Settings, runtime
 from glm_operator.handlers.settings import log_level
 
 
@@ -55,3 +55,20 @@ def test_a_start_up_handler_that_ran_before_the_settings_sees_the_same_copies_as
     assert runtime(memo) is not early, "the settings handler's own runtime, from its settings"
     assert runtime(memo).observed is early.observed and runtime(memo).refreshes is early.refreshes
     assert runtime(memo).observed.get("ns", "GLMDeployment", "glm") is not None
+
+
+def test_the_operator_s_own_settings_are_read_once_into_the_runtime() -> None:
+    env = {"GLMOPS_RESYNC_SECONDS": "0", "GLMOPS_DISCOVERY_TTL_SECONDS": "1", "GLMOPS_GSM8K_PATH": "/data/test.jsonl"}
+    assert Runtime.from_env(env).settings == Settings(
+        resync_seconds=0, discovery_ttl_s=1, gsm8k_path="/data/test.jsonl"
+    )
+    assert Runtime.from_env({}).settings == Settings(resync_seconds=600, discovery_ttl_s=30, gsm8k_path=None)
+
+
+@pytest.mark.parametrize(
+    "name, raw",
+    [("GLMOPS_DISCOVERY_TTL_SECONDS", "soon"), ("GLMOPS_DISCOVERY_TTL_SECONDS", "-1"), ("GLMOPS_RESYNC_SECONDS", "x")],
+)
+def test_a_malformed_setting_names_itself_and_stops_the_start_up(name: str, raw: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        Runtime.from_env({name: raw})

@@ -60,7 +60,7 @@ def _reconcile_body(body: dict[str, Any], context: Runtime, logger: Any) -> Outc
     request = image_request(body, catalogs, context.image_build)
     observed = Observed(
         owned=context.observed.owned_by(meta["namespace"], meta["name"]),
-        lws_available=objects.lws_available(),
+        lws_available=objects.lws_available(context.settings.discovery_ttl_s),
         glmimage=ensure_glmimage(request) if request is not None else None,
         catalog_error=context.catalogs.last_error,
     )

@@ -30,6 +30,51 @@ from glm_operator.render.storage import DownloadSettings
 REGISTRATION = BuildSettings.from_env(os.environ)
 
 
+DEFAULT_RESYNC_S = 600.0
+
+
+def resync_seconds(env: Mapping[str, str]) -> float:
+    """GLMOPS_RESYNC_SECONDS, 600 when unset; 0 turns the sweep off."""
+    raw = env.get("GLMOPS_RESYNC_SECONDS", "").strip()
+    try:
+        value = float(raw) if raw else DEFAULT_RESYNC_S
+    except ValueError:
+        raise ValueError(
+            f"GLMOPS_RESYNC_SECONDS: {raw!r} is not a number of seconds; use e.g. 600, or 0 for off"
+        ) from None
+    if value < 0:
+        raise ValueError(f"GLMOPS_RESYNC_SECONDS: {raw!r} is negative; use e.g. 600, or 0 for off")
+    return value
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        raise ValueError(f"{name}: {raw!r} is not a number of seconds; use e.g. {default:g}") from None
+    if value < 0:
+        raise ValueError(f"{name}: {raw!r} is negative; use e.g. {default:g}")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The operator's own settings from its environment, read once at start-up (tests build one directly)."""
+
+    resync_seconds: float = DEFAULT_RESYNC_S  # GLMOPS_RESYNC_SECONDS: the periodic re-list (handlers/resync.py)
+    discovery_ttl_s: float = 30.0  # GLMOPS_DISCOVERY_TTL_SECONDS: how long "is the LWS API served" is trusted
+    gsm8k_path: str | None = None  # GLMOPS_GSM8K_PATH: the canary's default GSM8K questions (the image ships them)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        return cls(
+            resync_seconds=resync_seconds(env),
+            discovery_ttl_s=_seconds(env, "GLMOPS_DISCOVERY_TTL_SECONDS", 30.0),
+            gsm8k_path=env.get("GLMOPS_GSM8K_PATH") or None,
+        )
+
+
 @dataclass(frozen=True)
 class Runtime:
     catalogs: CatalogSource
@@ -47,6 +92,7 @@ class Runtime:
     retries: Retries = field(default_factory=Retries)
     # The webhooks' last rule evaluations: the validating call reuses the mutating call's for the same object.
     admissions: AdmissionCache = field(default_factory=AdmissionCache)
+    settings: Settings = field(default_factory=Settings)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Runtime:
@@ -63,7 +109,12 @@ class Runtime:
             # GLMOPS_ACCESS_POLICY (the chart's podPolicy and canaryData), read once: malformed stops the start-up.
             access_policy=AccessPolicy.from_env(env),
         )
-        return cls(catalogs=catalogs, image_build=image_build, downloads=DownloadSettings.from_env(env))
+        return cls(
+            catalogs=catalogs,
+            image_build=image_build,
+            downloads=DownloadSettings.from_env(env),
+            settings=Settings.from_env(env),
+        )
 
     def sharing_state_of(self, other: Runtime | None) -> Runtime:
         """This runtime's settings with another's live state (copies, queues): kopf runs start-up handlers in no set

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from typing import Any
 
 import kopf
@@ -30,21 +29,6 @@ from glm_operator.control.runtime import Runtime, runtime
 from glm_operator.k8s import objects
 
 log = logging.getLogger(__name__)
-DEFAULT_RESYNC_S = 600.0
-
-
-def resync_seconds(env: dict[str, str] | os._Environ[str]) -> float:
-    """GLMOPS_RESYNC_SECONDS, 600 when unset; 0 turns the sweep off."""
-    raw = env.get("GLMOPS_RESYNC_SECONDS", "").strip()
-    try:
-        value = float(raw) if raw else DEFAULT_RESYNC_S
-    except ValueError:
-        raise ValueError(
-            f"GLMOPS_RESYNC_SECONDS: {raw!r} is not a number of seconds; use e.g. 600, or 0 for off"
-        ) from None
-    if value < 0:
-        raise ValueError(f"GLMOPS_RESYNC_SECONDS: {raw!r} is negative; use e.g. 600, or 0 for off")
-    return value
 
 
 def resync_once(context: Runtime) -> set[OwnerKey]:
@@ -107,10 +91,7 @@ async def _sweep(memo: kopf.Memo, every: float, logger: Any) -> None:
 @kopf.on.startup(id="glmops-resync")
 async def start_resync(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """Start the periodic re-list (GLMOPS_RESYNC_SECONDS; 0 turns it off)."""
-    try:
-        every = resync_seconds(os.environ)
-    except ValueError as err:  # a malformed setting: retrying cannot fix it
-        raise kopf.PermanentError(str(err)) from err
+    every = runtime(memo).settings.resync_seconds  # a malformed one stops the start-up (control/runtime.py)
     if every > 0:
         memo.resync = asyncio.get_running_loop().create_task(
             _sweep(memo, every, logger), name="glmops-resync", context=detached_context()

@@ -7,7 +7,6 @@ GLMOPS_GSM8K_PATH, is the administrator's setting, not a user's.
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -37,8 +36,10 @@ def _from_url(url: str, policy: AccessPolicy) -> list[Item]:
     return parse_jsonl(text)
 
 
-def gsm8k_for(body: dict[str, Any], policy: AccessPolicy) -> tuple[list[Item], list[Item]]:
-    """Questions and few-shot examples; the operator-wide GLMOPS_GSM8K_PATH is the default source."""
+def gsm8k_for(
+    body: dict[str, Any], policy: AccessPolicy, default_path: str | None = None
+) -> tuple[list[Item], list[Item]]:
+    """Questions and few-shot examples; the operator-wide file (GLMOPS_GSM8K_PATH, `default_path`) is the default."""
     source = ((((body.get("spec") or {}).get("canary") or {}).get("gsm8k") or {}).get("source")) or {}
     if source.get("path"):
         raise FetchRefused(
@@ -50,7 +51,6 @@ def gsm8k_for(body: dict[str, Any], policy: AccessPolicy) -> tuple[list[Item], l
     if source.get("configMap"):
         cm = core_v1().read_namespaced_config_map(source["configMap"], body["metadata"]["namespace"])
         return parse_jsonl((cm.data or {})["test.jsonl"]), GENERATED[1]
-    default = os.environ.get("GLMOPS_GSM8K_PATH")
-    if default and Path(default).is_file():
-        return _from_path(default)
+    if default_path and Path(default_path).is_file():
+        return _from_path(default_path)
     return GENERATED

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -28,7 +27,6 @@ FIELD_MANAGER = "glmops"
 LWS_API_VERSION = next(k.api_version for k in OWNED if k.kind == "LeaderWorkerSet")
 # Kinds the operator may own, in the order stale ones are removed (workloads first): api/constants.py.
 OWNED_KINDS: tuple[tuple[str, str], ...] = tuple((k.api_version, k.kind) for k in OWNED)
-DISCOVERY_TTL = float(os.environ.get("GLMOPS_DISCOVERY_TTL_SECONDS", "30"))
 
 _lock = threading.Lock()
 _dynamic: DynamicClient | None = None
@@ -51,11 +49,11 @@ def _resource(api_version: str, kind: str) -> Any:
         return dynamic().resources.get(api_version=api_version, kind=kind)
 
 
-def lws_available() -> bool:
-    """Whether the LeaderWorkerSet API is served (re-checked at most every DISCOVERY_TTL seconds)."""
+def lws_available(ttl_s: float = 30.0) -> bool:
+    """Whether the LeaderWorkerSet API is served (re-checked at most every `ttl_s` seconds)."""
     global _lws_seen
     now = time.monotonic()
-    if _lws_seen and now - _lws_seen[0] < DISCOVERY_TTL:
+    if _lws_seen and now - _lws_seen[0] < ttl_s:
         return _lws_seen[1]
     api = kubernetes.client.ApiextensionsV1Api(api_client())
     try:
