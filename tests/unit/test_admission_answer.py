@@ -28,6 +28,7 @@ from glm_operator.control.runtime import Runtime, runtime
 from glm_operator.handlers import admission
 from glm_operator.render.webhook_certs import generate
 from glm_operator.rules.engine import REMEDIATIONS_ANNOTATION, admit
+from tests.support.builders import GLMDeploymentBuilder
 
 SAMPLES = sorted((Path(__file__).parents[2] / "samples").glob("*.yaml"))
 SERVING = generate(["localhost"], datetime.datetime.now(datetime.UTC))
@@ -51,6 +52,9 @@ def _objects() -> list[tuple[str, dict[str, Any]]]:
                     newer = copy.deepcopy(doc)
                     newer["spec"]["engine"]["image"] = "vllm/vllm-openai:v0.35.0"
                     found.append((f"{path.stem}-newer", newer))
+    # Refused, and warned on besides: expert parallelism vLLM would turn off, on a model too large for one GPU.
+    one_gpu = {"model": {"name": "zai-org/GLM-5.3"}, "accelerator": {"type": "H200"}, "parallelism": {"expert": True}}
+    found.append(("refused-and-warned", {**GLMDeploymentBuilder().build(), "spec": one_gpu}))
     return found
 
 
@@ -121,6 +125,7 @@ def test_the_samples_include_repairs_refusals_and_warnings(context: Runtime) -> 
     assert any(r.allowed and r.changes for r in results)
     assert any(not r.allowed for r in results)
     assert any(f.severity == "warning" for r in results for f in r.findings)
+    assert any(not r.allowed and any(f.severity == "warning" for f in r.findings) for r in results)
 
 
 @pytest.mark.parametrize(("name", "obj"), OBJECTS, ids=[n for n, _ in OBJECTS])
@@ -131,6 +136,8 @@ def test_the_validation_answers_as_kopf_would(name: str, obj: dict[str, Any], co
     if refusal is not None:
         assert answer["status"] == {"message": refusal, "code": 422}
     assert answer.get("warnings", []) == warnings
+    engine = [f.message for f in admit(copy.deepcopy(obj)).findings if f.severity == "warning"]
+    assert warnings == engine, "kubectl shows every warning, refused or not"
     assert "patch" not in answer
 
 

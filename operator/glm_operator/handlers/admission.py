@@ -35,11 +35,12 @@ OPERATIONS: list[Literal["CREATE", "UPDATE"]] = ["CREATE", "UPDATE"]
 
 
 class Denied(Exception):
-    """The review's answer is a refusal: `message` is what kubectl shows, `code` the status it carries."""
+    """The review's answer is a refusal: `message` is what kubectl shows, `code` the status it carries, and the
+    warnings kubectl prints beside it (a refused object's warnings still say what else to fix)."""
 
-    def __init__(self, message: str, code: int) -> None:
+    def __init__(self, message: str, code: int, warnings: list[str] | None = None) -> None:
         super().__init__(message)
-        self.message, self.code = message, code
+        self.message, self.code, self.warnings = message, code, list(warnings or [])
 
 
 @dataclass
@@ -109,12 +110,12 @@ async def validate_object(
     try:
         refused = await asyncio.to_thread(denied, needs, namespace, user) if needs else []
     except AccessCheckFailed as err:
-        raise Denied(f"glmops could not check the author's rights, so refuses: {err}", 429) from err
+        raise Denied(f"glmops could not check the author's rights, so refuses: {err}", 429, warnings) from err
     findings = [n.refusal(namespace, str(user.get("username") or "this user")) for n in refused]
     reported = [(f.rule, f.severity) for f in [*result.findings, *findings] if f.severity != "remediated"]
     record_admission("validate", result.allowed and not findings, reported)
     if not result.allowed or findings:
-        raise Denied(result.rejection(extra=findings), 422)
+        raise Denied(result.rejection(extra=findings), 422, warnings)
     return warnings
 
 
@@ -153,6 +154,7 @@ async def answer(review: Mapping[str, Any], webhook: str, context: Runtime) -> d
             warnings = await validate_object(obj, request.get("oldObject"), request.get("userInfo"), context)
     except Denied as refusal:
         response.update(allowed=False, status={"message": refusal.message, "code": refusal.code})
+        warnings = refusal.warnings
     if warnings:
         response["warnings"] = warnings
     return {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}
@@ -179,6 +181,7 @@ async def validate(
     try:
         warnings.extend(await validate_object(dict(body), dict(old) if old else None, userinfo, runtime(memo)))
     except Denied as refusal:
+        warnings.extend(refusal.warnings)
         raise kopf.AdmissionError(refusal.message, code=refusal.code) from refusal
 
 
