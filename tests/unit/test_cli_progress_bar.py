@@ -174,6 +174,12 @@ async def test_glmctl_canary_on_a_terminal_draws_the_bar_and_clears_it(url: str)
     assert proc.returncode == 0, text
     assert stdout.lstrip().startswith(b"{")
     frames = text.split(CLEAR_LINE)
-    assert any(re.fullmatch(r"gsm8k +\[#+\.*\]  \d+/30 asked, \d+ right \(100\.0%\)  \d+s", f) for f in frames), text
+    # redrawn in place, and the decided check's bar kept on its own line (the terminal ends lines with CRLF)
+    gsm8k = [f for f in frames if f.startswith("gsm8k")]
+    assert re.fullmatch(r"gsm8k +\[\.{40}\]  0/30 asked  \d+s", gsm8k[0]), text
+    for between in gsm8k[1:-1]:  # as many as the answers' pace leaves (redrawn at most ten times a second)
+        assert re.fullmatch(r"gsm8k +\[#*\.*\]  \d+/30 asked, \d+ right \(100\.0%\)  \d+s", between), text
+    assert re.fullmatch(r"gsm8k +\[#{32}\.{8}\]  24/30 asked, 24 right \(100\.0%\)  \d+s\r\n", gsm8k[-1]), text
+    assert gsm8k[-1] == frames[-1]
     # nothing half-drawn is left for the results to be printed after: a decided check's line, or the bar cleared
     assert text.endswith(("\n", CLEAR_LINE)), repr(text[-80:])
