@@ -14,6 +14,7 @@ from typing import Any, cast
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Metric, generate_latest
 
+from glm_operator.canary.progress import CheckProgress
 from glm_operator.canary.results import CheckResult, SuiteResult
 from glm_operator.k8s import metrics
 
@@ -139,12 +140,18 @@ def test_build_info_names_the_version() -> None:
 def test_promtool_accepts_the_exposition() -> None:
     metrics.record_suite("ns-p", "glm", "glm-0", _suite())
     metrics.record_unreachable("ns-p", "glm")
+    metrics.record_progress("ns-p", "glm", "glm-0", CheckProgress("gsm8k", 3, 200, 2))
     metrics.record_deployment({"metadata": {"namespace": "ns-p", "name": "glm"}, "status": {"conditions": []}})
     metrics.record_admission("validate", False, [("test-rule-p", "error")])
     with metrics.timed(metrics.RECONCILE_SECONDS):
         pass
     text = generate_latest(REGISTRY)
-    for name in (b"glmops_canary_draft_acceptance_ratio", b"glmops_reconcile_duration_seconds_bucket", b"admission"):
+    for name in (
+        b"glmops_canary_draft_acceptance_ratio",
+        b"glmops_canary_running_correct_ratio",
+        b"glmops_reconcile_duration_seconds_bucket",
+        b"admission",
+    ):
         assert name in text
     checked = _promtool(text)
     assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
