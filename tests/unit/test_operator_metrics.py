@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from prometheus_client import REGISTRY, CollectorRegistry, Metric, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Metric, generate_latest
 
+from glm_operator.canary.progress import CheckProgress
 from glm_operator.canary.results import CheckResult, SuiteResult
 from glm_operator.k8s import metrics
 
@@ -138,12 +141,18 @@ def test_build_info_names_the_version() -> None:
 def test_promtool_accepts_the_exposition() -> None:
     metrics.record_suite("ns-p", "glm", "glm-0", _suite())
     metrics.record_unreachable("ns-p", "glm")
+    metrics.record_progress("ns-p", "glm", "glm-0", CheckProgress("gsm8k", 3, 200, 2))
     metrics.record_deployment({"metadata": {"namespace": "ns-p", "name": "glm"}, "status": {"conditions": []}})
     metrics.record_admission("validate", False, [("test-rule-p", "error")])
     with metrics.timed(metrics.RECONCILE_SECONDS):
         pass
     text = generate_latest(REGISTRY)
-    for name in (b"glmops_canary_draft_acceptance_ratio", b"glmops_reconcile_duration_seconds_bucket", b"admission"):
+    for name in (
+        b"glmops_canary_draft_acceptance_ratio",
+        b"glmops_canary_running_correct_ratio",
+        b"glmops_reconcile_duration_seconds_bucket",
+        b"admission",
+    ):
         assert name in text
     checked = _promtool(text)
     assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
@@ -216,3 +225,33 @@ def test_build_duration_is_observed_once_the_build_ends_by_result() -> None:
     # a GLMImage found already built in the registry never ran a build: no duration
     metrics.record_build_finished(_image("img-r", None), {"phase": "Succeeded"}, now=start.timestamp())
     assert count("succeeded") == before["succeeded"][0] + 1
+
+
+def _documented() -> tuple[dict[str, tuple[str, tuple[str, ...]]], str]:
+    """docs/alerts.md's table of the operator's metrics (name: type, labels), and the text after it."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "alerts.md").read_text()
+    section = docs.split("\n## Metrics\n", 1)[1]
+    table, rest = section.split("\n\n", 2)[1], section.split("\n\n", 2)[2]
+    rows: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for row in table.splitlines()[2:]:
+        name, kind, labels, _ = (cell.strip() for cell in row.strip("|").split(" | "))
+        names = re.findall(r"`([a-z_]+)`", re.sub(r"\([^)]*\)", "", labels))
+        rows[name.strip("`")] = (kind, tuple(names))
+    return rows, rest
+
+
+def test_the_docs_metrics_table_names_every_operator_metric_with_its_type_and_labels() -> None:
+    rows, rest = _documented()
+    served: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for metric in vars(metrics).values():
+        if isinstance(metric, Counter | Gauge | Histogram):
+            family = metric.describe()[0]
+            name = family.name + ("_total" if family.type == "counter" else "")
+            served[name] = (family.type, tuple(metric._labelnames))
+    deprecated = {n: v for n, v in served.items() if f"`{n}{{{', '.join(v[1])}}}`" in rest and "Deprecated" in rest}
+    assert deprecated == {"glmops_canary_check_value": ("gauge", ("namespace", "glmdeployment", "check"))}
+    undocumented = sorted(set(served) - set(rows) - set(deprecated))
+    assert not undocumented, f"add a row to docs/alerts.md, Metrics: {undocumented}"
+    assert not sorted(set(rows) - set(served)), "docs/alerts.md lists metrics the operator does not serve"
+    wrong = {n: (rows[n], served[n]) for n in rows if rows[n] != served[n]}
+    assert not wrong, f"type or labels differ, docs against the operator: {wrong}"

@@ -497,10 +497,35 @@ class PodCanaryStatus(_Model):
     checked_at: str = Field(default="", description="When the run finished (RFC 3339).")
 
 
+class CheckProgressStatus(_Model):
+    """How far one check of a run in progress has got."""
+
+    asked: int = Field(ge=0, description="Questions answered so far.")
+    planned: int = Field(
+        ge=0, description="Questions the check asks at most (GSM8K and the short checks decide early)."
+    )
+    correct: int = Field(ge=0, description="Of the answers so far, those right (correct / asked: running accuracy).")
+    done: bool = Field(default=False, description="Whether the check has decided; the run goes on to the next one.")
+
+
+class PodCanaryProgress(_Model):
+    """A canary run in progress against one serving pod; removed when the run ends."""
+
+    started_at: str = Field(description="When the run started (RFC 3339).")
+    updated_at: str = Field(description="When these figures were taken (RFC 3339); written at most every 2 s.")
+    current: str = Field(default="", description="The check running now.")
+    checks: dict[str, CheckProgressStatus] = Field(
+        default_factory=dict, description="By check, those of this run that ask questions and have started."
+    )
+
+
 class CanaryStatus(_Model):
     """Canary results of the serving pods."""
 
     pods: dict[str, PodCanaryStatus] = Field(default_factory=dict, description="By pod name.")
+    running: dict[str, PodCanaryProgress] = Field(
+        default_factory=dict, description="Runs in progress, by pod name: questions asked and answered right so far."
+    )
     summary: str = Field(default="", description="How many pods passed, and the first failure with its figure.")
 
 

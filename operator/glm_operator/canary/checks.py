@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from glm_operator.canary.client import OpenAIClient, reasoning_of
 from glm_operator.canary.degenerate import degenerate
 from glm_operator.canary.gsm8k import decide, last_integer
+from glm_operator.canary.progress import CheckProgress, Progress, emit
 from glm_operator.canary.results import CheckResult
 
 SMOKE = [
@@ -110,11 +111,35 @@ class Tally:
     def first(self, kind: str) -> str:
         return self.faults[kind][0]
 
+    @property
+    def right(self) -> int:
+        """Answers with no fault of any kind."""
+        return self.asked - sum(len(found) for found in self.faults.values())
+
     def early(self, sent: int) -> str:
         """How the verdict came before every answer, if it did."""
         if self.asked >= self.total:
             return ""
         return f"; decided after {self.asked} of {self.total} ({sent} sent, the rest cancelled)"
+
+
+async def tallied(
+    name: str,
+    ask: Callable[[Any], Coroutine[Any, Any, tuple[str, str] | None]],
+    items: list[Any],
+    tally: Tally,
+    concurrency: int,
+    progress: Progress | None,
+) -> int:
+    """`decide` over a tally, reporting the check's figures when it starts, after each answer and once decided."""
+
+    async def report(done: bool = False) -> None:
+        await emit(progress, CheckProgress(name, tally.asked, tally.total, tally.right, done))
+
+    await report()
+    sent = await decide(ask, items, tally, concurrency, report)
+    await report(done=True)
+    return sent
 
 
 def content_of(choice: dict[str, Any]) -> str:
@@ -130,7 +155,9 @@ def smoke_fault(choice: dict[str, Any], question: str, expected: str) -> str | N
     return f"{question!r} -> {content[:40]!r}" + (f" ({why})" if why else "")
 
 
-async def smoke(client: OpenAIClient, samples: int, concurrency: int = 64) -> CheckResult:
+async def smoke(
+    client: OpenAIClient, samples: int, concurrency: int = 64, progress: Progress | None = None
+) -> CheckResult:
     template = await client.chat_template(max_tokens=512)
 
     async def ask(item: tuple[str, str]) -> tuple[str, str] | None:
@@ -139,7 +166,7 @@ async def smoke(client: OpenAIClient, samples: int, concurrency: int = 64) -> Ch
 
     questions = SMOKE[:samples]
     tally = Tally(len(questions), allowed=0)
-    sent = await decide(ask, questions, tally, concurrency)
+    sent = await tallied("smoke", ask, questions, tally, concurrency, progress)
     ok = tally.asked - tally.count("wrong")
     example = f"; e.g. {tally.first('wrong')}" if tally.count("wrong") else ""
     return CheckResult(
@@ -155,7 +182,9 @@ def null_kind(choice: dict[str, Any], question: str) -> str | None:
     return degenerate(content, choice.get("finish_reason"), question)
 
 
-async def null_content(client: OpenAIClient, samples: int, max_rate: float, concurrency: int = 64) -> CheckResult:
+async def null_content(
+    client: OpenAIClient, samples: int, max_rate: float, concurrency: int = 64, progress: Progress | None = None
+) -> CheckResult:
     template = await client.chat_template(max_tokens=512)
 
     async def ask(question: str) -> tuple[str, str] | None:
@@ -166,7 +195,7 @@ async def null_content(client: OpenAIClient, samples: int, max_rate: float, conc
 
     questions = [NULL_PROMPTS[i % len(NULL_PROMPTS)] for i in range(samples)]
     tally = Tally(samples, allowed=math.floor(max_rate * samples + 1e-9))
-    sent = await decide(ask, questions, tally, concurrency)
+    sent = await tallied("null-content", ask, questions, tally, concurrency, progress)
     empty, degenerated = tally.count("null"), tally.count("degenerate")
     detail = f"{empty}/{tally.asked} answers had empty content and non-empty reasoning"
     if degenerated:
@@ -185,7 +214,9 @@ def copy_fault(choice: dict[str, Any]) -> str | None:
     return f"{difference}" + (f"; {why}" if why else "")
 
 
-async def copy_fidelity(client: OpenAIClient, trials: int, concurrency: int = 64) -> CheckResult:
+async def copy_fidelity(
+    client: OpenAIClient, trials: int, concurrency: int = 64, progress: Progress | None = None
+) -> CheckResult:
     template = await client.chat_template(max_tokens=1024)
 
     async def ask(_: int) -> tuple[str, str] | None:
@@ -193,7 +224,7 @@ async def copy_fidelity(client: OpenAIClient, trials: int, concurrency: int = 64
         return None if fault is None else ("wrong", fault)
 
     tally = Tally(trials, allowed=0)
-    sent = await decide(ask, list(range(trials)), tally, concurrency)
+    sent = await tallied("copy", ask, list(range(trials)), tally, concurrency, progress)
     exact = tally.asked - tally.count("wrong")
     first_error = f"; {tally.first('wrong')}" if tally.count("wrong") else ""
     return CheckResult(

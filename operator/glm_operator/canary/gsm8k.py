@@ -23,6 +23,7 @@ from typing import Any, Protocol, TypeVar
 from glm_operator.canary.client import OpenAIClient
 from glm_operator.canary.degenerate import degenerate
 from glm_operator.canary.gsm8k_data import Item
+from glm_operator.canary.progress import CheckProgress, Progress, emit
 from glm_operator.canary.results import CheckResult
 from glm_operator.canary.sprt import Sprt
 
@@ -73,7 +74,7 @@ async def run_gsm8k(
     questions: list[Item],
     shots: list[Item],
     run: Gsm8kRun,
-    progress: Callable[[str], Awaitable[None] | None] | None = None,
+    progress: Progress | None = None,
 ) -> list[CheckResult]:
     results = [await _run(client, questions, shots, replace(run, chat=False), progress)]
     if run.chat:
@@ -159,18 +160,19 @@ async def _run(
     questions: list[Item],
     shots: list[Item],
     run: Gsm8kRun,
-    progress: Callable[[str], Awaitable[None] | None] | None,
+    progress: Progress | None,
 ) -> CheckResult:
     name = "gsm8k-chat" if run.chat else "gsm8k"
     state = Sprt(run.threshold, run.expected, run.max_questions).start()
-
-    async def report() -> None:
-        if progress:
-            await _maybe(progress(f"{name} {state.correct}/{state.asked}"))
-
     items = questions[: run.max_questions]
+
+    async def report(done: bool = False) -> None:
+        await emit(progress, CheckProgress(name, state.asked, len(items), state.correct, done))
+
+    await report()
     sent = await decide(await asker(client, shots, run.chat), items, state, run.concurrency, report)
     passed = state.finish()
+    await report(done=True)
     test = state.test
     how = "decided early" if state.early else f"all {state.asked} asked"
     return CheckResult(
@@ -181,8 +183,3 @@ async def _run(
         detail=f"{state.correct}/{state.asked} correct, SPRT {test.p0:.2f} vs {test.p1:.2f} "
         f"(alpha {test.alpha:g}, beta {test.beta:g}), {how}; {sent} sent, {run.concurrency} at a time",
     )
-
-
-async def _maybe(result: Awaitable[None] | None) -> None:
-    if result is not None:
-        await result

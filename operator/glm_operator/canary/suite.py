@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from glm_operator.api.v1alpha1 import CanarySpec
@@ -10,6 +9,7 @@ from glm_operator.canary import checks
 from glm_operator.canary.client import OpenAIClient
 from glm_operator.canary.gsm8k import Gsm8kRun, run_gsm8k
 from glm_operator.canary.gsm8k_data import Item, generate
+from glm_operator.canary.progress import CheckProgress, Progress, emit
 from glm_operator.canary.results import CheckResult, SuiteResult
 
 SUITES = ("smoke", "gsm8k", "null-content", "copy", "spec-decode", "logprob")
@@ -32,9 +32,8 @@ class SuiteInputs:
     metrics_error: str | None = None
 
 
-async def run_suite(
-    client: OpenAIClient, inputs: SuiteInputs, progress: Callable[[str], Awaitable[None] | None] | None = None
-) -> SuiteResult:
+async def run_suite(client: OpenAIClient, inputs: SuiteInputs, progress: Progress | None = None) -> SuiteResult:
+    """Every check the inputs ask for, in order; `progress` hears each check's figures as they come."""
     cfg, result = inputs.config, SuiteResult()
     spec_on = inputs.speculative and cfg.spec_decode.enabled and "spec-decode" in inputs.only
     for name, reason in _cannot_run(inputs).items():
@@ -45,26 +44,21 @@ async def run_suite(
     before = checks.spec_counters(await client.metrics()) if spec_on else {}
 
     async def step(name: str) -> None:
-        if progress:
-            maybe = progress(name)
-            if maybe is not None:
-                await maybe
+        """A check that asks no scored questions: named as the one running, with no figures."""
+        await emit(progress, CheckProgress(name, 0, 0))
 
+    concurrency = cfg.gsm8k.concurrency
     if cfg.smoke.enabled and "smoke" in inputs.only:
-        await step("smoke")
-        result.checks.append(await checks.smoke(client, cfg.smoke.samples, cfg.gsm8k.concurrency))
+        result.checks.append(await checks.smoke(client, cfg.smoke.samples, concurrency, progress))
     if cfg.gsm8k.enabled and "gsm8k" in inputs.only:
-        await step("gsm8k")
         threshold = cfg.gsm8k.threshold if cfg.gsm8k.threshold is not None else inputs.gsm8k_threshold
         run = Gsm8kRun(threshold, cfg.gsm8k.max_questions, inputs.gsm8k_expected, cfg.gsm8k.concurrency, cfg.gsm8k.chat)
         result.checks.extend(await run_gsm8k(client, inputs.questions, inputs.shots, run, progress))
     if cfg.null_content.enabled and "null-content" in inputs.only:
-        await step("null-content")
         null = cfg.null_content
-        result.checks.append(await checks.null_content(client, null.samples, null.max_rate, cfg.gsm8k.concurrency))
+        result.checks.append(await checks.null_content(client, null.samples, null.max_rate, concurrency, progress))
     if cfg.copy_fidelity.enabled and "copy" in inputs.only:
-        await step("copy")
-        result.checks.append(await checks.copy_fidelity(client, cfg.copy_fidelity.trials, cfg.gsm8k.concurrency))
+        result.checks.append(await checks.copy_fidelity(client, cfg.copy_fidelity.trials, concurrency, progress))
     if cfg.logprob.enabled and cfg.logprob.reference is not None and "logprob" in inputs.only:
         await step("logprob")
         result.checks.append(await checks.logprob(client, cfg.logprob.reference, cfg.logprob.tolerance))

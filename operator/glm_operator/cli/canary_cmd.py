@@ -16,6 +16,7 @@ from glm_operator.canary.gsm8k_data import Item, generate, parse_jsonl
 from glm_operator.canary.results import SuiteResult
 from glm_operator.canary.suite import SUITES, SuiteInputs, run_suite
 from glm_operator.cli import eventloop
+from glm_operator.cli.progress_bar import ProgressView
 
 EXIT_PASS, EXIT_FAIL, EXIT_UNREACHABLE = 0, 1, 2
 METRICS_SUITES = ("spec-decode",)  # the suites that read the server's /metrics; the others need only the OpenAI API
@@ -90,19 +91,14 @@ async def _canary(
             speculative="vllm:spec_decode_num_draft_tokens_total" in metrics,
             metrics_error=metrics_error,
         )
-        tty = sys.stderr.isatty()
-
-        def progress(step: str) -> None:
-            sys.stderr.write(f"\r\033[K[{step}]" if tty else f"running {step}\n")
-            sys.stderr.flush()
-
+        progress = ProgressView(sys.stderr)
         try:
             result = await run_suite(client, inputs, progress)
         except EndpointError as err:
-            print(f"\nerror: endpoint failed during the canaries: {err}", file=sys.stderr)
+            progress.close()
+            print(f"error: endpoint failed during the canaries: {err}", file=sys.stderr)
             return EXIT_UNREACHABLE
-        if tty:
-            sys.stderr.write("\r\033[K")
+        progress.close()
         if output == "json":
             print(json.dumps(result.as_dict(), indent=2))
         else:

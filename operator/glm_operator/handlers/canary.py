@@ -31,6 +31,7 @@ from glm_operator.canary.client import EndpointError, OpenAIClient
 from glm_operator.canary.peering import paused_by_peers
 from glm_operator.canary.suite import SuiteInputs, run_suite
 from glm_operator.canary.supervisor import PodTasks, WatchedPod
+from glm_operator.control.canary_progress import GateRuns
 from glm_operator.control.detached import detached_context
 from glm_operator.control.runtime import Runtime, runtime
 from glm_operator.k8s import objects, pods
@@ -77,7 +78,14 @@ async def start_gates(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any
     def run(pod: WatchedPod) -> Awaitable[None]:
         # The runtime as stored when the pod's task starts: the settings handler may run after this one and store
         # the one every other handler reads (a runtime captured here could be another, with empty copies).
-        return canary_gate(pod, runtime(memo), gates.view)
+        return canary_gate(pod, runtime(memo), gates.view, runs)
+
+    async def write_running(namespace: str, parent: str, fragment: dict[str, Any]) -> None:
+        status = {"canary": {"running": fragment}}
+        stored = await asyncio.to_thread(objects.patch_glmdeployment_status, namespace, parent, status)
+        runtime(memo).observed.record(stored, "GLMDeployment")
+
+    runs = GateRuns(write_running)
 
     # Each pod's task outlives the watch event that starts it: kept apart from that handler's cause (its whole pod).
     gates = PodTasks(run, context=detached_context)
@@ -111,7 +119,7 @@ async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
 PodView = Callable[[str, str], "dict[str, Any] | None"]
 
 
-async def canary_gate(pod: WatchedPod, context: Runtime, watched: PodView) -> None:
+async def canary_gate(pod: WatchedPod, context: Runtime, watched: PodView, runs: GateRuns) -> None:
     """Run the suite when the pod's server is up; keep re-checking at the deployment's interval.
 
     The GLMDeployment and the pods are read as last watched (`context.observed`, the gates' views), never fetched:
@@ -124,7 +132,10 @@ async def canary_gate(pod: WatchedPod, context: Runtime, watched: PodView) -> No
         await _mirror_leader(pod, watched)
         return
     state = GateState()  # lives as long as the task: nothing below may end it but the pod going away
-    delay: float | None = _resume_delay(pod, _deployment(context, pod.namespace, parent), state)
+    body = _deployment(context, pod.namespace, parent)
+    delay: float | None = _resume_delay(pod, body, state)
+    if pod.name in (((body or {}).get("status") or {}).get("canary") or {}).get("running", {}):
+        await runs.remove(pod.namespace, parent, pod.name)  # left by a run this task never saw end (a restart)
     if delay:
         await pod.wait(delay)
     while not pod.stopped:
@@ -133,7 +144,7 @@ async def canary_gate(pod: WatchedPod, context: Runtime, watched: PodView) -> No
             await pod.wait(2, or_change=True)
             continue
         try:
-            delay = await _check_once(pod, parent, str(status["podIP"]), state, context)
+            delay = await _check_once(pod, parent, str(status["podIP"]), state, context, runs)
         except Exception as err:  # noqa: BLE001 - nothing a pod answers may end its gate or lose its counts
             detail = err_detail(err)
             delay = state.could_not_run()
@@ -222,7 +233,9 @@ async def _follow_peering(
         await asyncio.sleep(PEERING_CHECK_S)
 
 
-async def _check_once(pod: WatchedPod, parent: str, ip: str, state: GateState, context: Runtime) -> float | None:
+async def _check_once(
+    pod: WatchedPod, parent: str, ip: str, state: GateState, context: Runtime, runs: GateRuns
+) -> float | None:
     """One canary run against one pod: the gate written, Events and status posted; the delay to the next run."""
     body = _deployment(context, pod.namespace, parent)
     if body is None:
@@ -236,16 +249,21 @@ async def _check_once(pod: WatchedPod, parent: str, ip: str, state: GateState, c
         if served != glmd.spec.model.name:  # not (yet) this pod's server: never judge a model by another's answers
             raise EndpointError(f"{ip}:{VLLM_PORT} serves {served!r}, not {glmd.spec.model.name!r}")
         with timed(CANARY_SECONDS) as run:
-            result = await run_suite(client, inputs)
+            try:
+                result = await run_suite(client, inputs, runs.start(pod.namespace, parent, pod.name))
+            except BaseException:
+                await runs.abandon(pod.namespace, parent, pod.name)
+                raise
             run["result"] = "pass" if result.passed else "fail"
     finally:
         await client.close()
+    running = await runs.finish(pod.namespace, parent, pod.name)
     record_suite(pod.namespace, parent, pod.name, result)
     decision = state.observe(result, inputs.config.failures_to_unready)
     if decision is not None and await _write_gate(pod, decision):
         event = kopf.info if decision[0] == "True" else kopf.warn
         event(kopf.Body(cast(kopf.RawBody, body)), reason=decision[1], message=f"pod {pod.name}: {decision[2]}")
-    await _api(_write_report, pod.namespace, parent, pod.name, state.report(result), body, context)
+    await _api(_write_report, pod.namespace, parent, pod.name, state.report(result), body, context, running)
     return state.next_delay(result, inputs.config.recheck_seconds)
 
 
@@ -259,11 +277,20 @@ async def _write_gate(pod: WatchedPod, decision: tuple[Literal["True", "False"],
 
 
 def _write_report(
-    namespace: str, parent: str, pod: str, report: dict[str, Any], body: dict[str, Any], context: Runtime
+    namespace: str,
+    parent: str,
+    pod: str,
+    report: dict[str, Any],
+    body: dict[str, Any],
+    context: Runtime,
+    running: dict[str, Any] | None = None,
 ) -> None:
-    """Merge the pod's report into status.canary with a summary, then settle the summary on what is stored."""
+    """Merge the pod's report into status.canary with a summary (and `running`: the run's progress entry removed),
+    then settle the summary on what is stored."""
     reports = {**((body.get("status") or {}).get("canary") or {}).get("pods", {}), pod: report}
-    summary = {"canary": {"pods": {pod: report}, "summary": summarize(reports)}}
+    summary: dict[str, Any] = {"canary": {"pods": {pod: report}, "summary": summarize(reports)}}
+    if running is not None:
+        summary["canary"]["running"] = running
     stored = objects.patch_glmdeployment_status(namespace, parent, summary)
     context.observed.record(stored, "GLMDeployment")
     settled = objects.settle_canary_summary(namespace, parent, summarize, stored)
@@ -303,5 +330,7 @@ def leader_gate(view: dict[str, Any] | None) -> tuple[Literal["True", "False"], 
 def _forget(namespace: str, parent: str, pod: str, context: Runtime) -> None:
     """Drop a deleted pod's canary report (the GLMDeployment itself may be gone with its pods)."""
     with contextlib.suppress(kubernetes.client.ApiException):
-        stored = objects.patch_glmdeployment_status(namespace, parent, {"canary": {"pods": {pod: None}}})
+        stored = objects.patch_glmdeployment_status(
+            namespace, parent, {"canary": {"pods": {pod: None}, "running": {pod: None}}}
+        )
         context.observed.record(stored, "GLMDeployment")

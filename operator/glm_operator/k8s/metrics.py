@@ -19,6 +19,7 @@ from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from glm_operator.api.constants import ImageConditionType, ImageReason
 from glm_operator.api.glmimage import ImagePhase
+from glm_operator.canary.progress import CheckProgress
 from glm_operator.canary.results import SuiteResult
 
 DEPLOYMENT = ("namespace", "glmdeployment")
@@ -53,6 +54,17 @@ CANARY_NLL = Gauge(
     "Mean negative log-likelihood (nats per token) of the reference prompts in the last run.",
     list(PER_POD),
 )
+CANARY_QUESTIONS_ASKED = Gauge(
+    "glmops_canary_questions_asked",
+    "Questions of the check answered so far in the pod's canary run in progress (or its last run, once it ended).",
+    [*PER_POD, "check"],
+)
+CANARY_RUNNING_CORRECT = Gauge(
+    "glmops_canary_running_correct_ratio",
+    "Share of those answers that were right so far (running accuracy), per check.",
+    [*PER_POD, "check"],
+)
+RUNNING = (CANARY_QUESTIONS_ASKED, CANARY_RUNNING_CORRECT)
 
 CONDITION = Gauge(
     "glmops_glmdeployment_condition",
@@ -123,6 +135,8 @@ LABELLED: tuple[tuple[Counter | Gauge, tuple[str, ...]], ...] = (
     (CANARY_NULL_CONTENT, PER_POD),
     (CANARY_ACCEPTANCE, PER_POD),
     (CANARY_NLL, PER_POD),
+    (CANARY_QUESTIONS_ASKED, (*PER_POD, "check")),
+    (CANARY_RUNNING_CORRECT, (*PER_POD, "check")),
     (CONDITION, (*DEPLOYMENT, "type", "status")),
     (REPLICAS_DESIRED, DEPLOYMENT),
     (REPLICAS_READY, DEPLOYMENT),
@@ -151,6 +165,20 @@ def record_suite(namespace: str, name: str, pod: str, result: SuiteResult) -> No
             CANARY_CORRECT.labels(namespace, name, pod, check.name).set(check.value)
         elif check.name in SINGLE_UNIT:
             SINGLE_UNIT[check.name].labels(namespace, name, pod).set(check.value)
+
+
+def start_run(namespace: str, name: str, pod: str) -> None:
+    """A new canary run on the pod: the figures of its last run go (a check it no longer runs leaves none behind)."""
+    _forget({"namespace": namespace, "glmdeployment": name, "pod": pod}, RUNNING)
+
+
+def record_progress(namespace: str, name: str, pod: str, figures: CheckProgress) -> None:
+    """One check's figures so far in the pod's run (a check that asks no scored questions has none)."""
+    if not figures.planned:
+        return
+    CANARY_QUESTIONS_ASKED.labels(namespace, name, pod, figures.check).set(figures.asked)
+    if figures.ratio is not None:
+        CANARY_RUNNING_CORRECT.labels(namespace, name, pod, figures.check).set(figures.ratio)
 
 
 def record_deployment(body: Mapping[str, Any]) -> None:
@@ -226,10 +254,11 @@ def record_unreachable(namespace: str, name: str) -> None:
     CANARY_RUNS.labels(namespace, name, "unreachable").inc()
 
 
-def _forget(match: dict[str, str]) -> None:
-    """Remove every series whose labels include `match` (a deleted GLMDeployment's or pod's)."""
+def _forget(match: dict[str, str], only: Iterable[Counter | Gauge] | None = None) -> None:
+    """Remove every series whose labels include `match` (a deleted GLMDeployment's or pod's), of `only` if given."""
+    kept = None if only is None else set(only)
     for metric, labelnames in LABELLED:
-        if not set(match) <= set(labelnames):
+        if not set(match) <= set(labelnames) or (kept is not None and metric not in kept):
             continue
         seen: set[tuple[str, ...]] = set()
         for family in metric.collect():
