@@ -16,9 +16,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from grafana_foundation_sdk.builders import common, prometheus, stat, statetimeline, timeseries
 from grafana_foundation_sdk.builders import dashboard as gd
-from grafana_foundation_sdk.builders import prometheus, stat, statetimeline, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as gm
 
 from glm_operator.render.alerts import POD_ACCEPTANCE_RATIO, POD_COMPLETIONS_RATE, POD_NULL_CONTENT_RATIO
@@ -52,6 +53,8 @@ class PanelSpec:
     span: int = 8
     min: float | None = None
     max: float | None = None
+    # A state timeline's colours for 0 and for 1 (a verdict: red, green; a condition that holds: blue).
+    states: tuple[str, str] = ("red", "green")
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,7 @@ OVERVIEW = RowSpec(
                 ),
             ),
             kind="state",
+            states=("transparent", "blue"),
         ),
         PanelSpec(
             "Chat completions per second",
@@ -351,14 +355,39 @@ def _targets(spec: PanelSpec) -> list[prometheus.Dataquery]:
     ]
 
 
+def _legend() -> common.VizLegendOptions:
+    return (
+        common.VizLegendOptions()
+        .display_mode(cm.LegendDisplayMode.LIST)
+        .placement(cm.LegendPlacement.BOTTOM)
+        .show_legend(True)
+    )
+
+
+def _tooltip() -> common.VizTooltipOptions:
+    return common.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI).sort(cm.SortOrder.DESCENDING)
+
+
 def _panel(spec: PanelSpec) -> timeseries.Panel | statetimeline.Panel | stat.Panel:
     panel: timeseries.Panel | statetimeline.Panel | stat.Panel
-    if spec.kind == "state":
-        panel = statetimeline.Panel()
-    elif spec.kind == "stat":
-        panel = stat.Panel()
+    if spec.kind == "state":  # a 0/1 state per series over time
+        panel = (
+            statetimeline.Panel()
+            .show_value(cm.VisibilityMode.NEVER)
+            .merge_values(True)
+            .legend(_legend())
+            .tooltip(_tooltip())
+            .thresholds(_states(spec.states))
+            .color_scheme(gd.FieldColor().mode(gm.FieldColorModeId.THRESHOLDS))
+        )
+    elif spec.kind == "stat":  # how many now
+        panel = (
+            stat.Panel()
+            .graph_mode(cm.BigValueGraphMode.NONE)
+            .reduce_options(common.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+        )
     else:
-        panel = timeseries.Panel()
+        panel = timeseries.Panel().legend(_legend()).tooltip(_tooltip())
     panel.title(spec.title).description(spec.description).datasource(DATASOURCE).unit(spec.unit)
     panel.span(spec.span).height(8).targets(_targets(spec))  # type: ignore[arg-type]
     if spec.min is not None:
@@ -366,6 +395,15 @@ def _panel(spec: PanelSpec) -> timeseries.Panel | statetimeline.Panel | stat.Pan
     if spec.max is not None:
         panel.max(spec.max)
     return panel
+
+
+def _states(colours: tuple[str, str]) -> gd.ThresholdsConfig:
+    below, at_one = colours
+    return (
+        gd.ThresholdsConfig()
+        .mode(gm.ThresholdsMode.ABSOLUTE)
+        .steps([gm.Threshold(value=None, color=below), gm.Threshold(value=1, color=at_one)])
+    )
 
 
 def _variable(spec: VariableSpec) -> gd.QueryVariable:
