@@ -22,9 +22,10 @@ _VARIABLE = re.compile(r"\$(\w+)")
 _LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.+),\s*(?P<label>\w+)\)$", re.S)
 
 
-def as_sent(expr: str, all_value: str = ".*") -> str:
-    """The query as Prometheus gets it from Grafana: intervals as durations, template variables at their All value."""
-    for name, duration in INTERVALS.items():
+def as_sent(expr: str, all_value: str = ".*", rate_interval: str = INTERVALS["$__rate_interval"]) -> str:
+    """The query as Prometheus gets it from Grafana: intervals as durations, template variables at their All value.
+    `$__rate_interval` is at least four scrape intervals in Grafana: 2m for a 30 s scrape."""
+    for name, duration in (INTERVALS | {"$__rate_interval": rate_interval}).items():
         expr = expr.replace(name, duration)
     return _VARIABLE.sub(all_value, expr)
 
