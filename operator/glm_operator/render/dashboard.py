@@ -18,13 +18,14 @@ from typing import Literal
 
 from grafana_foundation_sdk.builders import common, prometheus, stat, statetimeline, timeseries
 from grafana_foundation_sdk.builders import dashboard as gd
+from grafana_foundation_sdk.cog.builder import Builder
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.cog.variants import Dataquery
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as gm
 
 from glm_operator.render.alerts import POD_ACCEPTANCE_RATIO, POD_COMPLETIONS_RATE, POD_NULL_CONTENT_RATIO
 
-DASHBOARD_FILE = "charts/glmops/files/dashboard.json"
 UID = "glmops-overview"
 TITLE = "glmops"
 DATASOURCE = gm.DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -348,7 +349,7 @@ def panel_queries() -> Iterator[tuple[str, str]]:
                 yield panel.title, query.expr
 
 
-def _targets(spec: PanelSpec) -> list[prometheus.Dataquery]:
+def _targets(spec: PanelSpec) -> list[Builder[Dataquery]]:
     return [
         prometheus.Dataquery().expr(q.expr).legend_format(q.legend).ref_id(chr(ord("A") + i))
         for i, q in enumerate(spec.queries)
@@ -389,7 +390,7 @@ def _panel(spec: PanelSpec) -> timeseries.Panel | statetimeline.Panel | stat.Pan
     else:
         panel = timeseries.Panel().legend(_legend()).tooltip(_tooltip())
     panel.title(spec.title).description(spec.description).datasource(DATASOURCE).unit(spec.unit)
-    panel.span(spec.span).height(8).targets(_targets(spec))  # type: ignore[arg-type]
+    panel.span(spec.span).height(8).targets(_targets(spec))
     if spec.min is not None:
         panel.min(spec.min)
     if spec.max is not None:
