@@ -599,6 +599,51 @@ def extra_args_json_lines(src: Source) -> tuple[int, ...]:
     return (*flags, _one_line(parser, range(1, len(parser) + 1), "reading a dotted --flag.key", dotted))
 
 
+METRIC_FILES = ("v1/metrics/loggers.py", "v1/spec_decode/metrics.py")
+_METRIC_KINDS = ("counter", "gauge", "histogram")
+
+
+def _metric_kind(text: str) -> str | None:
+    found = [kind for kind in _METRIC_KINDS if kind in text.lower()]
+    return found[0] if len(found) == 1 else None
+
+
+def _declared_metrics(src: Source) -> Iterator[tuple[str, str, str]]:
+    """(name, type, file:line) of every `vllm:` metric the two metric modules declare: a call to a Counter, Gauge or
+    Histogram class (vLLM's `self._counter_cls(name=...)`) with a literal name, or a (name, documentation) pair in
+    a list assigned to a `counter...` variable (`SpecDecodingProm`'s `counter_specs`)."""
+    for rel in METRIC_FILES:
+        for node in ast.walk(src.tree(rel)):
+            if isinstance(node, ast.Call) and (kind := _metric_kind(_text(node.func))):
+                for keyword in node.keywords:
+                    value = keyword.value
+                    if (
+                        keyword.arg == "name"
+                        and isinstance(value, ast.Constant)
+                        and str(value.value).startswith("vllm:")
+                    ):
+                        yield str(value.value), kind, f"{rel}:{value.lineno}"
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.List):
+                kind = _metric_kind(" ".join(_text(t) for t in node.targets))
+                for item in node.value.elts:
+                    if kind and isinstance(item, ast.Tuple) and isinstance(item.elts[0], ast.Constant):
+                        name = str(item.elts[0].value)
+                        if name.startswith("vllm:"):
+                            yield name, kind, f"{rel}:{item.lineno}"
+
+
+def prometheus_metrics(src: Source) -> tuple[Any, str]:
+    """The metrics of the `prometheus-metrics` fact that this version declares, as `name (type)`, and where."""
+    from glm_operator.catalog.vllm_facts import PROMETHEUS_METRICS
+
+    read = {declared.split(" (")[0] for _first, value in PROMETHEUS_METRICS.since for declared in value}
+    found = sorted({(rel_line, name, kind) for name, kind, rel_line in _declared_metrics(src) if name in read})
+    if not found:
+        raise LookupError(f"none of {sorted(read)} is declared in {', '.join(METRIC_FILES)}")
+    ordered = sorted(found, key=lambda f: (f[0].split(":")[0], int(f[0].split(":")[1])))
+    return frozenset(f"{name} ({kind})" for _where, name, kind in ordered), ", ".join(w for w, _n, _k in ordered)
+
+
 LINE_READERS: dict[str, Callable[[Source], tuple[int, ...]]] = {
     "get-pp-indices": get_pp_indices_lines,
     "moe-backend-model": moe_backend_model_line,

@@ -73,6 +73,7 @@ READERS: dict[str, Callable[[Source], tuple[Any, str]]] = {
     facts.DSA_PP_TOPK_SENT.id: extract.dsa_pp_topk_sent,
     facts.HTTP_KEEP_ALIVE_S.id: extract.http_keep_alive,
     facts.NGRAM_LOOKUP_DEFAULTS.id: extract.ngram_lookup_defaults,
+    facts.PROMETHEUS_METRICS.id: extract.prometheus_metrics,
 }
 FACTS = {f.id: f for f in facts.FACTS}
 

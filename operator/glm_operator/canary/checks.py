@@ -170,7 +170,12 @@ async def smoke(
     ok = tally.asked - tally.count("wrong")
     example = f"; e.g. {tally.first('wrong')}" if tally.count("wrong") else ""
     return CheckResult(
-        "smoke", tally.passed, ok / tally.asked, 1.0, f"{ok}/{tally.asked} correct{example}{tally.early(sent)}"
+        "smoke",
+        tally.passed,
+        ok / tally.asked,
+        1.0,
+        f"{ok}/{tally.asked} correct{example}{tally.early(sent)}",
+        asked=tally.asked,
     )
 
 
@@ -233,6 +238,7 @@ async def copy_fidelity(
         exact / tally.asked,
         1.0,
         f"{exact}/{tally.asked} exact copies of {len(COPY_ITEMS)} items{first_error}{tally.early(sent)}",
+        asked=tally.asked,
     )
 
 

@@ -182,4 +182,5 @@ async def _run(
         threshold=run.threshold,
         detail=f"{state.correct}/{state.asked} correct, SPRT {test.p0:.2f} vs {test.p1:.2f} "
         f"(alpha {test.alpha:g}, beta {test.beta:g}), {how}; {sent} sent, {run.concurrency} at a time",
+        asked=state.asked,
     )

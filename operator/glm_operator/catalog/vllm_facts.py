@@ -404,6 +404,43 @@ NGRAM_LOOKUP_DEFAULTS = Fact(
     since=(("0.26.0", (5, 5)),),
 )
 
+# --- vLLM's own Prometheus metrics ---------------------------------------------------------------------------------
+
+_METRICS = frozenset(
+    {
+        "vllm:time_to_first_token_seconds (histogram)",
+        "vllm:inter_token_latency_seconds (histogram)",
+        "vllm:num_requests_running (gauge)",
+        "vllm:num_requests_waiting (gauge)",
+        "vllm:kv_cache_usage_perc (gauge)",
+        "vllm:num_preemptions (counter)",
+        "vllm:spec_decode_num_drafts (counter)",
+        "vllm:spec_decode_num_draft_tokens (counter)",
+        "vllm:spec_decode_num_accepted_tokens (counter)",
+        "vllm:spec_decode_num_accepted_tokens_per_pos (counter)",
+    }
+)
+PROMETHEUS_METRICS = Fact(
+    id="prometheus-metrics",
+    claim=(
+        "The vLLM metrics glmops' dashboard and recording rules read, each `name (type)` as declared in "
+        "`PrometheusStatLogger` (`v1/metrics/loggers.py`) and `SpecDecodingProm` (`v1/spec_decode/metrics.py`); "
+        "prometheus_client serves a counter as `<name>_total` and a histogram as `<name>_bucket`, `_sum`, `_count`."
+    ),
+    since=(("0.26.0", _METRICS),),
+)
+_SAMPLE_SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count")}
+
+
+def served_metric_names(version: Version | None) -> frozenset[str]:
+    """The series names vLLM's /metrics serves for PROMETHEUS_METRICS in `version` (what a query may name)."""
+    out: set[str] = set()
+    for declared in PROMETHEUS_METRICS.at(version):
+        name, kind = declared.removesuffix(")").split(" (")
+        out.update(name + suffix for suffix in _SAMPLE_SUFFIXES[kind])
+    return frozenset(out)
+
+
 FACTS: tuple[Fact[object], ...] = (
     ALL2ALL_BACKENDS,
     ALL2ALL_CLI_REMOVED,
@@ -430,6 +467,7 @@ FACTS: tuple[Fact[object], ...] = (
     DSA_PP_TOPK_SENT,
     HTTP_KEEP_ALIVE_S,
     NGRAM_LOOKUP_DEFAULTS,
+    PROMETHEUS_METRICS,
 )
 
 

@@ -101,6 +101,13 @@ def _versions_yaml(_root: Path) -> str:
     return render_versions_yaml(PROVEN_VERSIONS)
 
 
+def _dashboard_json(_root: Path) -> str:
+    # Built with grafana-foundation-sdk, a development dependency: the operator never imports the dashboard.
+    from glm_operator.render.dashboard import render_dashboard_json
+
+    return render_dashboard_json()
+
+
 def _chart_readme_head() -> str:
     """The README's fixed part, naming this version's chart package and OCI tag."""
     return _CHART_README_HEAD.replace("@VERSION@", __version__)
@@ -120,6 +127,7 @@ GENERATED: dict[Path, Callable[[Path], str]] = {
     CHART / "README.md": lambda root: _chart_readme_head() + values_table(_values(root)),
     Path(RULES_FILE): lambda root: render_rules_file(_values(root)),
     Path(RULE_TEMPLATE): lambda _root: render_prometheus_rule_template(),
+    CHART / "files/dashboard.json": _dashboard_json,
     Path("docs/rules.md"): lambda _root: render_rules_md(),
     Path("docs/patches.md"): _patches_md,
     Path(dockerfile_path("cuda")): lambda _root: render_dockerfile("cuda"),

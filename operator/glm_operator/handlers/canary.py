@@ -37,7 +37,14 @@ from glm_operator.control.runtime import Runtime, runtime
 from glm_operator.k8s import objects, pods
 from glm_operator.k8s.canary_data import gsm8k_for
 from glm_operator.k8s.client import API_UNREACHABLE
-from glm_operator.k8s.metrics import CANARY_SECONDS, forget_pod, record_suite, record_unreachable, timed
+from glm_operator.k8s.metrics import (
+    CANARY_SECONDS,
+    forget_pod,
+    record_gate,
+    record_suite,
+    record_unreachable,
+    timed,
+)
 from glm_operator.k8s.peering import read_peers
 from glm_operator.render.canary_state import (
     UNREACHABLE_REPORT_AFTER,
@@ -111,9 +118,13 @@ async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     gates = getattr(memo, "gates", None)
     if isinstance(gates, PodTasks):
         gates.observe(event.get("type"), cast(dict[str, Any], event["object"]))
+    body = cast(dict[str, Any], event["object"])
+    meta = body.get("metadata") or {}
+    namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
     if event.get("type") == "DELETED":
-        meta = cast(dict[str, Any], event["object"]).get("metadata") or {}
-        forget_pod(str(meta.get("namespace", "")), str(meta.get("name", "")))
+        forget_pod(namespace, name)
+    elif parent := (meta.get("labels") or {}).get(LABEL_DEPLOYMENT):
+        record_gate(namespace, str(parent), name, gate_condition(body))
 
 
 PodView = Callable[[str, str], "dict[str, Any] | None"]

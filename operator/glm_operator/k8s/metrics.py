@@ -41,6 +41,16 @@ CANARY_CORRECT = Gauge(
     "Share of the last run's answers that were right, per check (gsm8k, smoke, copy).",
     [*PER_POD, "check"],
 )
+CANARY_CORRECT_INTERVAL = Gauge(
+    "glmops_canary_correct_interval_ratio",
+    "95 % Wilson interval of glmops_canary_correct_ratio from the number of answers asked (bound lower, upper).",
+    [*PER_POD, "check", "bound"],
+)
+CANARY_GATE = Gauge(
+    "glmops_canary_gate_open",
+    "1 while the pod's canary readiness gate (condition glmops.dev/canary) is True, 0 while it is False.",
+    list(PER_POD),
+)
 CANARY_NULL_CONTENT = Gauge(
     "glmops_canary_null_content_ratio", "Share of the last run's answers with reasoning but no content.", list(PER_POD)
 )
@@ -132,6 +142,8 @@ LABELLED: tuple[tuple[Counter | Gauge, tuple[str, ...]], ...] = (
     (CANARY_CHECK, (*DEPLOYMENT, "check")),
     (CANARY_CHECK_PASSED, (*PER_POD, "check")),
     (CANARY_CORRECT, (*PER_POD, "check")),
+    (CANARY_CORRECT_INTERVAL, (*PER_POD, "check", "bound")),
+    (CANARY_GATE, PER_POD),
     (CANARY_NULL_CONTENT, PER_POD),
     (CANARY_ACCEPTANCE, PER_POD),
     (CANARY_NLL, PER_POD),
@@ -163,6 +175,9 @@ def record_suite(namespace: str, name: str, pod: str, result: SuiteResult) -> No
         CANARY_CHECK.labels(namespace, name, check.name).set(check.value)
         if check.name in CORRECT_CHECKS:
             CANARY_CORRECT.labels(namespace, name, pod, check.name).set(check.value)
+            if (interval := check.interval()) is not None:
+                for bound, value in zip(("lower", "upper"), interval, strict=True):
+                    CANARY_CORRECT_INTERVAL.labels(namespace, name, pod, check.name, bound).set(value)
         elif check.name in SINGLE_UNIT:
             SINGLE_UNIT[check.name].labels(namespace, name, pod).set(check.value)
 
@@ -179,6 +194,12 @@ def record_progress(namespace: str, name: str, pod: str, figures: CheckProgress)
     CANARY_QUESTIONS_ASKED.labels(namespace, name, pod, figures.check).set(figures.asked)
     if figures.ratio is not None:
         CANARY_RUNNING_CORRECT.labels(namespace, name, pod, figures.check).set(figures.ratio)
+
+
+def record_gate(namespace: str, name: str, pod: str, status: str | None) -> None:
+    """A serving pod's canary gate as last watched ("True", "False"; None: not written yet, nothing recorded)."""
+    if status in ("True", "False"):
+        CANARY_GATE.labels(namespace, name, pod).set(1 if status == "True" else 0)
 
 
 def record_deployment(body: Mapping[str, Any]) -> None:

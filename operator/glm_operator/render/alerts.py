@@ -84,6 +84,10 @@ COMPLETIONS_RATE = f"{_LEVEL[PER_MODEL]}:glmops_chat_completions:rate"
 ACCEPTANCE_RATIO = f"{_LEVEL[PER_MODEL]}:vllm_spec_decode_draft_acceptance:ratio_rate"
 CANARY_FAILING = "namespace_glmdeployment_check:glmops_canary_check_failing_pods:ratio"
 DRAFT_RATE = f"{_LEVEL[PER_MODEL]}:vllm_spec_decode_num_draft_tokens:rate"
+# The same ratios per serving pod (the dashboard's panels, render/dashboard.py).
+POD_NULL_CONTENT_RATIO = f"{_LEVEL[PER_POD]}:glmops_chat_null_content:ratio_rate"
+POD_COMPLETIONS_RATE = f"{_LEVEL[PER_POD]}:glmops_chat_completions:rate"
+POD_ACCEPTANCE_RATIO = f"{_LEVEL[PER_POD]}:vllm_spec_decode_draft_acceptance:ratio_rate"
 
 
 def _recorded_ratio(numerator: str, denominator: str, by: str) -> str:
