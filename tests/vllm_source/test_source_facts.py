@@ -70,6 +70,7 @@ READERS: dict[str, Callable[[Source], tuple[Any, str]]] = {
     facts.MLA_FP4BMM_NEEDS_BF16.id: extract.mla_fp4bmm_needs_bf16,
     facts.PP_DEFAULT_SPLIT.id: extract.pp_partition_checks,
     facts.DSA_TOPK_REUSE.id: lambda src: _dsa_defaults(src),
+    facts.DSA_TOPK_PATTERN.id: extract.dsa_topk_pattern,
     facts.DSA_PP_TOPK_SENT.id: extract.dsa_pp_topk_sent,
     facts.HTTP_KEEP_ALIVE_S.id: extract.http_keep_alive,
     facts.NGRAM_LOOKUP_DEFAULTS.id: extract.ngram_lookup_defaults,

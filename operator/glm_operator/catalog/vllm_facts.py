@@ -299,13 +299,17 @@ CT_MXFP4_EXPERTS = Fact(
 CT_MXFP4_MOE_BACKENDS_READ = Fact(
     id="ct-mxfp4-moe-backends-read",
     claim=(
-        "The `--moe-backend` values `CompressedTensorsW4A4Mxfp4MoEMethod.__init__` compares against: `marlin` is "
-        "not one of them, so it does not move this checkpoint off the Cutlass experts."
+        "The `--moe-backend` values for which `CompressedTensorsW4A4Mxfp4MoEMethod.__init__` hands the choice of "
+        "experts to the MXFP4 oracle (`select_mxfp4_moe_backend`, which checks the experts it picks against the "
+        "device and parallel config while the model is built) instead of picking the Cutlass experts unchecked: "
+        "compared by name, or from 0.32.0 also through `is_flashinfer_moe_ep_backend` (the FlashInfer MoE-EP "
+        "backends). `marlin` is not one of them, so it does not move this checkpoint off the Cutlass experts."
     ),
     since=(
         ("0.26.0", frozenset[str]()),
         ("0.30.0", frozenset({"b12x"})),
-        ("0.34.0", frozenset({"b12x", "deep_gemm"})),
+        ("0.32.0", frozenset({"b12x", "flashinfer_moe_ep_cutedsl", "flashinfer_moe_ep_mega_deep_gemm"})),
+        ("0.34.0", frozenset({"b12x", "deep_gemm", "flashinfer_moe_ep_cutedsl", "flashinfer_moe_ep_mega_deep_gemm"})),
     ),
 )
 
@@ -367,6 +371,16 @@ DSA_TOPK_REUSE = Fact(
     ),
     since=(("0.26.0", (1, 2)),),
 )
+DSA_TOPK_PATTERN = Fact(
+    id="dsa-topk-pattern",
+    claim=(
+        "When the config has `index_topk_pattern` (not None) it takes precedence over `index_topk_freq` and "
+        "`index_skip_topk_offset` in every module that runs `GlmMoeDsaForCausalLM`: a layer within the pattern "
+        "reuses the previous top-k indices when its letter is this one, and a layer past its end computes them; "
+        "this is how `ModelInfo.computes_topk` reads `indexTopkPattern`."
+    ),
+    since=(("0.26.0", "S"),),
+)
 
 _NO_TOPK_SENT = "models/deepseek_v32 (no top-k sent across stages)"
 DSA_PP_TOPK_SENT = Fact(
@@ -427,6 +441,7 @@ FACTS: tuple[Fact[object], ...] = (
     MLA_FP4BMM_NEEDS_BF16,
     PP_DEFAULT_SPLIT,
     DSA_TOPK_REUSE,
+    DSA_TOPK_PATTERN,
     DSA_PP_TOPK_SENT,
     HTTP_KEEP_ALIVE_S,
     NGRAM_LOOKUP_DEFAULTS,
@@ -456,6 +471,14 @@ def expert_parallel_active(tensor: int, data: int, expert: bool) -> bool:
 def all2all_kernels_built(tensor: int, data: int, expert: bool) -> bool:
     """MOE_ALL2ALL_KERNELS for glmops' spec: sequence-parallel MoE needs data > 1 too, so data > 1 decides."""
     return expert_parallel_active(tensor, data, expert) and data > 1
+
+
+def ct_mxfp4_oracle_picks(moe_backend: str, version: Version | None) -> bool:
+    """CT_MXFP4_MOE_BACKENDS_READ: the compressed-tensors MXFP4 MoE method hands this `--moe-backend` to the MXFP4
+    oracle, which checks the experts it picks, instead of picking Cutlass or Marlin unchecked (an unknown version:
+    assumed not, as the rules assume the older behaviour there)."""
+    name = moe_backend.lower().replace("-", "_")
+    return version is not None and name in CT_MXFP4_MOE_BACKENDS_READ.at(version)
 
 
 def effective_all2all(name: str, version: Version | None) -> str:

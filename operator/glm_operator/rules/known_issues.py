@@ -58,6 +58,8 @@ def vllm_58729(ctx: Context, rule: RuleInfo) -> list[Finding]:
         or not facts.expert_parallel_active(p.tensor, p.data, p.expert)
     ):
         return []
+    if facts.ct_mxfp4_oracle_picks(ctx.spec.engine.moe_backend, ctx.version):
+        return []  # the MXFP4 oracle picks these experts and checks them while the model is built: no Cutlass
     patched = ctx.has_patch(rule.patch)
     remaps = ctx.version is not None and facts.CUTLASS_MXFP4_REMAPS.at(ctx.version)
     if not remaps and not patched:
@@ -353,7 +355,8 @@ VLLM_58729 = RuleInfo(
     upstream="https://github.com/vllm-project/vllm/issues/58729",
     affected=(
         "0.26.0-0.31.x: compressed-tensors W4A4 MXFP4 checkpoint, SM100-family GPU, expert parallelism "
-        "with TP x DP > 1 (--moe-backend marlin does not avoid it). Every version, with expert and data "
+        "with TP x DP > 1 (--moe-backend marlin does not avoid it; b12x from 0.30.0 and the FlashInfer MoE-EP "
+        "backends from 0.32.0 do: other experts, checked by vLLM). Every version, with expert and data "
         "parallelism: the DeepEP high-throughput and FlashInfer NVLink all-to-all layouts, which the Cutlass "
         "MXFP4 experts cannot take, and the batched layouts of DeepEP low-latency and nixl_ep (from 0.34.0 also "
         "DeepEP v2's padded rows), which neither the Cutlass nor the Marlin MXFP4 experts take (0.32.0+ fails only "
@@ -377,7 +380,10 @@ VLLM_58729 = RuleInfo(
         "(`moe-padded-all2all`) or rejected "
         "by the experts that run: Cutlass (`cutlass-mxfp4-rejected-all2all` of the newest version, which the "
         "patch also enforces) or, on the patched image with GLMOPS_MOE_MXFP4_BACKEND=marlin, Marlin "
-        "(`marlin-rejected-all2all`). `ct-mxfp4-moe-backends-read`: --moe-backend marlin changes nothing."
+        "(`marlin-rejected-all2all`). Not when --moe-backend is one the compressed-tensors MXFP4 method hands to "
+        "the MXFP4 oracle (`ct-mxfp4-moe-backends-read`: b12x from 0.30.0, the flashinfer_moe_ep_* backends from "
+        "0.32.0, deep_gemm from 0.34.0), which picks other experts and checks them while the model is built; "
+        "--moe-backend marlin is not one of them and changes nothing."
     ),
     facts=(
         "moe-use-ep",
@@ -402,8 +408,8 @@ VLLM_63170 = RuleInfo(
     upstream="https://github.com/vllm-project/vllm/issues/63170",
     affected=(
         "Every supported version below 0.34.0 (0.34.0 hands the top-k indices across pipeline stages itself on "
-        "CUDA and ROCm): GlmMoeDsaForCausalLM with index_topk_freq > 1, pipeline > 1, a stage starting on a top-k "
-        "reuse layer."
+        "CUDA and ROCm): GlmMoeDsaForCausalLM with index_topk_freq > 1 (or an index_topk_pattern with S layers), "
+        "pipeline > 1, a stage starting on a top-k reuse layer."
     ),
     patch="dsa-pp-topk-handoff",
     remedy=(
@@ -417,12 +423,12 @@ VLLM_63170 = RuleInfo(
         "the top-k across stages on this platform (`dsa-pp-topk-sent`; a version glmops has not checked that is "
         "newer than every checked one is judged by the newest, and warned on rather than refused) and the split "
         "(VLLM_PP_LAYER_PARTITION, else vLLM's default split, `pp-default-split`) starts a stage after the first "
-        "on a layer that reuses top-k indices (`dsa-topk-reuse` with the checkpoint's index_topk_freq and "
-        "index_skip_topk_offset). A VLLM_PP_LAYER_PARTITION that vLLM would refuse (entry count, sum, not "
-        "integers) or that gives a stage fewer than one layer (vLLM does not refuse it at start: it fails "
-        "later) is refused too."
+        "on a layer that reuses top-k indices (the checkpoint's index_topk_pattern where it has one, "
+        "`dsa-topk-pattern`, else `dsa-topk-reuse` with its index_topk_freq and index_skip_topk_offset). A "
+        "VLLM_PP_LAYER_PARTITION that vLLM would refuse (entry count, sum, not integers) or that gives a stage "
+        "fewer than one layer (vLLM does not refuse it at start: it fails later) is refused too."
     ),
-    facts=("pp-default-split", "dsa-topk-reuse", "dsa-pp-topk-sent"),
+    facts=("pp-default-split", "dsa-topk-reuse", "dsa-topk-pattern", "dsa-pp-topk-sent"),
     check=vllm_63170,
 )
 
