@@ -311,6 +311,30 @@ def _kernel_constant(src: Source, key: ast.expr) -> str:
     raise LookupError(f"{_text(key)} is not a constant of config/kernel.py")
 
 
+MODELOPT = "model_executor/layers/quantization/modelopt.py"
+NVFP4_ORACLE = "model_executor/layers/fused_moe/oracle/nvfp4.py"
+
+
+def modelopt_nvfp4_min_capability(src: Source) -> tuple[Any, str]:
+    """`ModelOptNvFp4Config.get_min_capability`'s constant, and whether the first `AVAILABLE_BACKENDS` list of
+    `select_nvfp4_moe_backend` (its default order) names `NvFp4MoeBackend.MARLIN`."""
+    func = src.method(MODELOPT, "ModelOptNvFp4Config", "get_min_capability")
+    expr = _return_expr(func)
+    assert isinstance(expr, ast.Constant) and isinstance(expr.value, int), _text(expr)
+    select = src.function(NVFP4_ORACLE, "select_nvfp4_moe_backend")
+    lists = sorted(
+        (n for n in ast.walk(select) if isinstance(n, ast.Assign) and _text(n.targets[0]) == "AVAILABLE_BACKENDS"),
+        key=lambda n: n.lineno,
+    )
+    if not lists or not isinstance(lists[0].value, ast.List):
+        raise LookupError("select_nvfp4_moe_backend has no AVAILABLE_BACKENDS list")
+    marlin = "NvFp4MoeBackend.MARLIN" in {_text(e) for e in lists[0].value.elts}
+    # The dense NVFP4 layers have a Marlin kernel too (it logs the weight-only fallback).
+    dense = src.method("model_executor/kernels/linear/nvfp4/marlin.py", "MarlinNvFp4LinearKernel", "is_supported")
+    assert "is_fp4_marlin_supported()" in _text(dense), "MarlinNvFp4LinearKernel no longer gated on Marlin FP4"
+    return (expr.value, marlin), f"{MODELOPT}:{func.lineno}, {NVFP4_ORACLE}:{lists[0].lineno}"
+
+
 def aiter_switch_defaults(src: Source) -> tuple[Any, str]:
     rel = "envs.py"
     table = _env_table(src.tree(rel))

@@ -65,6 +65,7 @@ READERS: dict[str, Callable[[Source], tuple[Any, str]]] = {
     facts.MARLIN_NEEDS_CUDA.id: extract.marlin_needs_cuda,
     facts.CT_MXFP4_EXPERTS.id: extract.ct_mxfp4_experts,
     facts.CT_MXFP4_MOE_BACKENDS_READ.id: extract.ct_mxfp4_moe_backends_read,
+    facts.MODELOPT_NVFP4_HOPPER.id: extract.modelopt_nvfp4_min_capability,
     facts.AITER_SWITCH_DEFAULTS.id: extract.aiter_switch_defaults,
     facts.AITER_BMM_NEEDS_MASTER.id: extract.aiter_bmm_needs_master,
     facts.MLA_FP4BMM_NEEDS_BF16.id: extract.mla_fp4bmm_needs_bf16,

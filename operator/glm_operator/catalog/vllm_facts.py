@@ -313,6 +313,19 @@ CT_MXFP4_MOE_BACKENDS_READ = Fact(
     ),
 )
 
+# --- NVFP4 below Blackwell -----------------------------------------------------------------------------------------
+
+MODELOPT_NVFP4_HOPPER = Fact(
+    id="modelopt-nvfp4-min-capability",
+    claim=(
+        "(`ModelOptNvFp4Config.get_min_capability`, whether the NVFP4 MoE oracle's default list in "
+        "`select_nvfp4_moe_backend` has the Marlin experts): vLLM refuses a ModelOpt NVFP4 checkpoint only below "
+        "this compute capability, and where no FP4 kernel runs (Hopper) it falls back to Marlin, weight-only "
+        "W4A16; so glmops warns on sm90 instead of refusing (formats.yaml)."
+    ),
+    since=(("0.26.0", (75, True)),),
+)
+
 # --- ROCm AITER switches and the MLA BMM (vllm-52833) -------------------------------------------------------------
 
 ENV_TRUE = ("true", "1")
@@ -436,6 +449,7 @@ FACTS: tuple[Fact[object], ...] = (
     MARLIN_NEEDS_CUDA,
     CT_MXFP4_EXPERTS,
     CT_MXFP4_MOE_BACKENDS_READ,
+    MODELOPT_NVFP4_HOPPER,
     AITER_SWITCH_DEFAULTS,
     AITER_BMM_NEEDS_MASTER,
     MLA_FP4BMM_NEEDS_BF16,
