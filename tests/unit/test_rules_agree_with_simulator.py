@@ -89,6 +89,10 @@ def mtp_grid() -> list[tuple[str, B]]:
         for name, value in env.items():
             b = b.env(name, value)
         out.append((f"mtp-{model}-env{i}-{version}-{'patched' if patched else 'stock'}", b))
+    gfx942 = ["zai-org/GLM-5.2", "zai-org/GLM-5.3-BF16", "zai-org/GLM-5.2-FP8"]  # quark MXFP4 needs gfx950
+    for model, version in itertools.product(gfx942, ("0.32.0", "0.33.0")):  # gfx942: warned on, serves
+        b = B().model(model).accelerator("MI300X").tensor(8).data(2).expert().mtp(3)
+        out.append((f"mtp-mi300x-{model}-{version}-stock", _image(b, "rocm", version, False)))
     return out
 
 

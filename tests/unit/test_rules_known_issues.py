@@ -533,3 +533,37 @@ def test_63170_index_topk_pattern_takes_precedence_over_frequency_and_offset(
 def test_63170_index_topk_pattern_with_other_letters_is_refused_naming_the_field() -> None:
     with pytest.raises(ValueError, match="indexTopkPattern: 'FX'"):
         _with_pattern("FX")
+
+
+# --- gfx942: the FP8 BMM only (aiter-bmm-arch), warned on -----------------------------------------------------------
+
+
+def _warnings(obj: dict) -> dict[str, Finding]:
+    return {f.rule: f for f in evaluate(obj, CATALOGS) if f.severity == "warning"}
+
+
+@pytest.mark.parametrize(
+    "model, version, env, warned",
+    [
+        ("zai-org/GLM-5.3-BF16", "0.32.0", {}, True),  # FP8 BMM on by default below 0.33.0
+        ("zai-org/GLM-5.2", "0.30.0", {}, True),
+        ("zai-org/GLM-5.3-BF16", "0.33.0", {}, False),  # off by default from 0.33.0
+        ("zai-org/GLM-5.3-BF16", "0.33.0", {"VLLM_ROCM_USE_AITER_FP8BMM": "1"}, True),
+        ("zai-org/GLM-5.3-BF16", "0.32.0", {"VLLM_ROCM_USE_AITER_FP8BMM": "0"}, False),
+        ("zai-org/GLM-5.3-BF16", "0.32.0", {"VLLM_ROCM_USE_AITER_FP4BMM": "0"}, True),  # FP4 never runs on gfx942
+        ("zai-org/GLM-5.3-BF16", "0.32.0", {"VLLM_ROCM_USE_AITER": "0"}, False),
+        ("zai-org/GLM-5.2-FP8", "0.32.0", {}, False),  # an FP8 kv_b_proj is the designed FP8 BMM path
+    ],
+)
+def test_52833_on_mi300x_the_fp8_bmm_of_a_bf16_kv_b_proj_is_warned_on_never_refused(
+    model: str, version: str, env: dict[str, str], warned: bool
+) -> None:
+    b = B().model(model).accelerator("MI300X").tensor(8).data(2).expert().mtp(3)
+    b = b.image(f"vllm/vllm-openai-rocm:v{version}")
+    for name, value in env.items():
+        b = b.env(name, value)
+    obj = b.build()
+    assert not rules_hit(obj), rules_hit(obj)  # nothing refused: the deployment is otherwise sound
+    assert ("vllm-52833" in _warnings(obj)) == warned
+    if warned:
+        assert "VLLM_ROCM_USE_AITER_FP8BMM=0" in _warnings(obj)["vllm-52833"].message

@@ -427,6 +427,31 @@ def aiter_bmm_needs_master(src: Source) -> tuple[Any, str]:
     return needs, ", ".join(f"{rel}:{f.lineno}" for f in funcs)
 
 
+def aiter_bmm_arch(src: Source) -> tuple[Any, str]:
+    """Per BMM switch, the architecture its `is_*bmm_enabled` adds to the AITER switches: gfx950 for `on_gfx950()`
+    (0.26.0-0.31.x) or `get_cdna_version() == 4` (from 0.32.0), None for no architecture test; any other test fails."""
+    rel = "_aiter_ops.py"
+    cls = next(
+        n
+        for n in ast.walk(src.tree(rel))
+        if isinstance(n, ast.ClassDef)
+        and any(isinstance(m, ast.FunctionDef) and m.name == "is_fp4bmm_enabled" for m in n.body)
+    )
+    values, where = [], []
+    for name, method in (
+        ("VLLM_ROCM_USE_AITER_FP4BMM", "is_fp4bmm_enabled"),
+        ("VLLM_ROCM_USE_AITER_FP8BMM", "is_fp8bmm_enabled"),
+    ):
+        func = src.method(rel, cls.name, method)
+        text = _text(_return_expr(func))
+        rest = re.sub(r"cls\._AITER_ENABLED and cls\._FP[48]BMM_ENABLED", "", text).strip()
+        arch = {"": None, "and on_gfx950()": "gfx950", "and (get_cdna_version() == 4)": "gfx950"}.get(rest, "?")
+        assert arch != "?", f"{method} tests something glmops does not know: {text}"
+        values.append((name, arch))
+        where.append(f"{rel}:{func.lineno}")
+    return tuple(values), ", ".join(where)
+
+
 def mla_fp4bmm_needs_bf16(src: Source) -> tuple[Any, str]:
     rel = "model_executor/layers/attention/mla_attention.py"
     init = src.method(rel, "MLAAttention", "__init__")

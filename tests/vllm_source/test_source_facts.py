@@ -68,6 +68,7 @@ READERS: dict[str, Callable[[Source], tuple[Any, str]]] = {
     facts.MODELOPT_NVFP4_HOPPER.id: extract.modelopt_nvfp4_min_capability,
     facts.AITER_SWITCH_DEFAULTS.id: extract.aiter_switch_defaults,
     facts.AITER_BMM_NEEDS_MASTER.id: extract.aiter_bmm_needs_master,
+    facts.AITER_BMM_ARCH.id: extract.aiter_bmm_arch,
     facts.MLA_FP4BMM_NEEDS_BF16.id: extract.mla_fp4bmm_needs_bf16,
     facts.PP_DEFAULT_SPLIT.id: extract.pp_partition_checks,
     facts.DSA_TOPK_REUSE.id: lambda src: _dsa_defaults(src),

@@ -353,6 +353,16 @@ AITER_BMM_NEEDS_MASTER = Fact(
     ),
     since=(("0.26.0", True),),
 )
+AITER_BMM_ARCH = Fact(
+    id="aiter-bmm-arch",
+    claim=(
+        "The architecture each AITER BMM switch is further limited to (`rocm_aiter_ops.is_fp4bmm_enabled` / "
+        "`is_fp8bmm_enabled`; None: none beyond AITER's own, which includes gfx942): the FP4 BMM runs on gfx950 "
+        "(CDNA 4) only, the FP8 BMM wherever AITER runs, so on gfx942 (MI300X) a BF16 kv_b_proj is re-quantized "
+        "for the FP8 BMM while that switch is on."
+    ),
+    since=(("0.26.0", ((AITER_FP4BMM, "gfx950"), (AITER_FP8BMM, None))),),
+)
 MLA_FP4BMM_NEEDS_BF16 = Fact(
     id="mla-fp4bmm-needs-bf16",
     claim=(
@@ -452,6 +462,7 @@ FACTS: tuple[Fact[object], ...] = (
     MODELOPT_NVFP4_HOPPER,
     AITER_SWITCH_DEFAULTS,
     AITER_BMM_NEEDS_MASTER,
+    AITER_BMM_ARCH,
     MLA_FP4BMM_NEEDS_BF16,
     PP_DEFAULT_SPLIT,
     DSA_TOPK_REUSE,

@@ -278,7 +278,7 @@ def vllm_52833(ctx: Context, rule: RuleInfo) -> list[Finding]:
     """AITER re-quantizes a BF16 MLA kv_b_proj on gfx950 and MTP accepts no drafts."""
     spec = ctx.spec.engine.speculative
     if (
-        ctx.accelerator.architecture != "gfx950"
+        ctx.accelerator.architecture not in ("gfx950", "gfx942")
         or ctx.model is None
         or not ctx.model.model.mla_in_bf16()
         or spec is None
@@ -286,6 +286,8 @@ def vllm_52833(ctx: Context, rule: RuleInfo) -> list[Finding]:
     ):
         return []
     patched = ctx.has_patch(rule.patch)
+    if ctx.accelerator.architecture != "gfx950":
+        return _gfx942_fp8_bmm_warning(ctx, rule, patched)
     findings = [] if patched or ctx.spec.parallelism.expert else [_illegal_address_warning(rule)]
     switched_on = _bmm_switches_on(ctx, patched)
     if not switched_on:
@@ -316,6 +318,36 @@ def vllm_52833(ctx: Context, rule: RuleInfo) -> list[Finding]:
         )
     )
     return findings
+
+
+def _gfx942_fp8_bmm_warning(ctx: Context, rule: RuleInfo, patched: bool) -> list[Finding]:
+    """gfx942 has no FP4 BMM (`aiter-bmm-arch`), but the FP8 BMM re-quantizes the BF16 kv_b_proj there the same way
+    (`mla-fp4bmm-needs-bf16`); the reported MTP failure is from gfx950 only, so this warns instead of refusing."""
+    assert ctx.model is not None
+    arch = ctx.accelerator.architecture
+    on = [n for n in _bmm_switches_on(ctx, patched) if dict(facts.AITER_BMM_ARCH.at(ctx.version))[n] in (None, arch)]
+    if not on:
+        return []
+    name = on[0]
+    value = (
+        f"{name}={ctx.env(name)}" if ctx.env(name) is not None else f"{name} unset (on by default in {_version(ctx)})"
+    )
+    return [
+        Finding(
+            rule=rule.id,
+            severity="warning",
+            field=ctx.env_field(name) if ctx.env_is_users(name) else "spec.engine.env",
+            value=value,
+            problem=(
+                f"on {_version(ctx)} with {ctx.accelerator.name} ({arch}: no FP4 BMM, fact aiter-bmm-arch) and AITER "
+                f"on, MLAAttention re-quantizes the BF16 kv_b_proj of {ctx.model.model.name} for AITER's FP8 BMM, the "
+                "path that makes MTP accept 0 % of drafts on gfx950; no report measures it on this architecture, so "
+                "this is not refused"
+            ),
+            fix=f"Set {name}=0 to keep kv_b_proj in BF16 with MTP, and watch the spec-decode canary",
+            upstream=rule.upstream,
+        )
+    ]
 
 
 def _bmm_switches_on(ctx: Context, patched: bool) -> list[str]:
@@ -444,7 +476,8 @@ VLLM_52833 = RuleInfo(
         "when switched on. Without expert parallelism the reported setup crashed on 0.27.1 with "
         "hipErrorIllegalAddress (warning; cause unknown). Exempt: FP8 checkpoints (kv_b_proj is FP8, so the FP4 "
         "BMM is skipped and the FP8 BMM is AITER's designed path for them) and gfx942 (no FP4 BMM; no report of "
-        "the FP8 BMM losing MTP drafts there); the spec-decode canary watches both."
+        "the FP8 BMM losing MTP drafts there: warned on when the FP8 BMM re-quantizes a BF16 kv_b_proj, "
+        "`aiter-bmm-arch`); the spec-decode canary watches both."
     ),
     patch="rocm-mla-bf16-bmm",
     remedy=(
@@ -459,9 +492,10 @@ VLLM_52833 = RuleInfo(
         "(unset counts as on: glmops renders it as 1; `aiter-bmm-needs-master`) and VLLM_ROCM_USE_AITER_FP4BMM "
         "or VLLM_ROCM_USE_AITER_FP8BMM on, each read as vLLM reads it: unset means the version's default, "
         "otherwise on only for `true`/`1` in any case (`aiter-switch-defaults`). On the patched image only a "
-        "switch set on explicitly counts (the patch keeps BF16 kv_b_proj out of both BMMs otherwise)."
+        "switch set on explicitly counts (the patch keeps BF16 kv_b_proj out of both BMMs otherwise). On gfx942 "
+        "(`aiter-bmm-arch`: no FP4 BMM) the same reading of the FP8 BMM switch gives a warning, not a refusal."
     ),
-    facts=("aiter-switch-defaults", "aiter-bmm-needs-master", "mla-fp4bmm-needs-bf16"),
+    facts=("aiter-switch-defaults", "aiter-bmm-needs-master", "aiter-bmm-arch", "mla-fp4bmm-needs-bf16"),
     check=vllm_52833,
 )
 

@@ -323,7 +323,8 @@ def env_flag(env: dict[str, str], name: str, default: bool) -> bool:
 
 
 def mtp_zero(r: Resolved) -> Outcome | None:
-    """vllm-52833: on gfx950, AITER re-quantizes a BF16 kv_b_proj for its FP4/FP8 BMM and MTP accepts no draft."""
+    """vllm-52833: on gfx950, AITER re-quantizes a BF16 kv_b_proj for its FP4/FP8 BMM and MTP accepts no draft.
+    gfx942 runs the FP8 BMM the same way, but no report shows drafts lost there, so it serves here."""
     model, spec, env = r.model, r.launch.speculative or {}, r.launch.env
     method = str(spec.get("method", ""))
     if not (model and r.gpu and r.gpu.architecture == "gfx950" and (method == "mtp" or method.endswith("_mtp"))):
