@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from glm_operator.catalog import vllm_facts
+from glm_operator.catalog.accelerators import ArchFamily
+from glm_operator.catalog.versions import Version
 from glm_operator.rules.context import Catalogs
 from glm_operator.rules.engine import evaluate
 from glm_operator.rules.findings import redact
@@ -57,7 +60,9 @@ def findings(b: B) -> dict[tuple[str, str], str]:
             "error",
             "does not run on sm100",
         ),
-        (B().model("nvidia/GLM-5.3-NVFP4").accelerator("H200").tensor(8), "feasibility/format", "error", "Blackwell"),
+        (B().model("nvidia/GLM-5.3-NVFP4").accelerator("H200").tensor(8), "feasibility/format", "warning", "Marlin"),
+        (B().model("nvidia/GLM-5.3-NVFP4").accelerator("H200").tensor(8), "feasibility/format", "error", None),
+        (B().model("nvidia/GLM-5.3-NVFP4").accelerator("MI355X").tensor(8), "feasibility/format", "error", "CUDA"),
         (
             B().model("RedHatAI/GLM-5.3-MXFP4").accelerator("H200").tensor(8),
             "feasibility/format",
@@ -217,3 +222,19 @@ def test_vllm_api_key_in_the_environment_is_refused_as_the_flag_is() -> None:
 )
 def test_flags_that_leave_the_gate_alone_are_admitted(arg: str) -> None:
     assert extra_args_errors(B().accelerator("H200").tensor(8).set("spec.engine.extraArgs", [arg])) == []
+
+
+# Compute capability of each CUDA family the catalog knows (ArchFamily names them by it).
+CUDA_CAPABILITY = {"sm90": 90, "sm100": 100, "sm120": 120}
+
+
+@pytest.mark.parametrize("version", CATALOGS.images.versions)
+@pytest.mark.parametrize("family", sorted(CUDA_CAPABILITY))
+def test_nvfp4_is_refused_on_no_cuda_family_vllm_takes_it_on(family: str, version: str) -> None:
+    """modelopt-nvfp4-min-capability: vLLM takes NVFP4 from this capability on, with Marlin where no FP4 kernel runs,
+    so formats.yaml may warn on such a family but never refuse it."""
+    min_capability, marlin = vllm_facts.MODELOPT_NVFP4_HOPPER.at(Version.parse(version))
+    fmt = CATALOGS.formats["modelopt-nvfp4"]
+    family_enum = ArchFamily(family)
+    if CUDA_CAPABILITY[family] >= min_capability and marlin:
+        assert family_enum in fmt.supported or family_enum in fmt.warn, f"{family} is refused, vLLM {version} runs it"

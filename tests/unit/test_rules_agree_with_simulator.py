@@ -52,6 +52,12 @@ def mxfp4_grid() -> list[tuple[str, B]]:
         if marlin:
             b = b.env("GLMOPS_MOE_MXFP4_BACKEND", "marlin")
         out.append((f"mxfp4-{lname}-{backend}-{version}-{'patched' if patched else 'stock'}{'-marlin' * marlin}", b))
+    # --moe-backend values the MXFP4 method hands to the oracle (ct-mxfp4-moe-backends-read) leave the Cutlass experts
+    oracle = [("deep_gemm", "0.31.0"), ("flashinfer_moe_ep_cutedsl", "0.32.0")]
+    oracle += [("flashinfer_moe_ep_cutedsl", "0.34.0"), ("deep_gemm", "0.33.0"), ("deep_gemm", "0.34.0")]
+    for moe, version in oracle:
+        b = B().model("RedHatAI/GLM-5.3-MXFP4").accelerator("GB200").data(8).expert().set("spec.engine.moeBackend", moe)
+        out.append((f"mxfp4-dp8-moe-{moe}-{version}-stock", _image(b, "cuda", version, False)))
     for version in ("0.30.0", "0.33.0"):
         out.append(
             (
@@ -83,6 +89,10 @@ def mtp_grid() -> list[tuple[str, B]]:
         for name, value in env.items():
             b = b.env(name, value)
         out.append((f"mtp-{model}-env{i}-{version}-{'patched' if patched else 'stock'}", b))
+    gfx942 = ["zai-org/GLM-5.2", "zai-org/GLM-5.3-BF16", "zai-org/GLM-5.2-FP8"]  # quark MXFP4 needs gfx950
+    for model, version in itertools.product(gfx942, ("0.32.0", "0.33.0")):  # gfx942: warned on, serves
+        b = B().model(model).accelerator("MI300X").tensor(8).data(2).expert().mtp(3)
+        out.append((f"mtp-mi300x-{model}-{version}-stock", _image(b, "rocm", version, False)))
     return out
 
 

@@ -450,3 +450,120 @@ def test_52833_patched_image_is_clean_unless_a_switch_is_turned_on_explicitly() 
     patched = mi355().drop("spec.engine.image").vllm("0.30.0")
     assert "vllm-52833" not in rules_hit(patched.build())
     assert "vllm-52833" in rules_hit(patched.env("VLLM_ROCM_USE_AITER_FP8BMM", "1").build())
+
+
+# --- what ct-mxfp4-moe-backends-read moves off the Cutlass experts (vllm-58729) ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "moe, version, misroutes",
+    [
+        ("auto", "0.30.0", True),
+        ("marlin", "0.31.0", True),
+        ("deep_gemm", "0.31.0", True),  # read by the method only from 0.34.0
+        ("b12x", "0.27.1", True),  # read only from 0.30.0
+        ("b12x", "0.30.0", False),
+        ("b12x", "0.31.0", False),
+    ],
+)
+def test_58729_below_0_32_only_backends_the_mxfp4_method_reads_leave_the_cutlass_experts(
+    moe: str, version: str, misroutes: bool
+) -> None:
+    obj = mxfp4_ep(f"vllm/vllm-openai:v{version}").set("spec.engine.moeBackend", moe).build()
+    assert ("vllm-58729" in rules_hit(obj)) == misroutes
+
+
+@pytest.mark.parametrize(
+    "moe, version, refused",
+    [
+        ("auto", "0.33.0", True),
+        ("deep_gemm", "0.33.0", True),  # not read in 0.33.0: still the Cutlass experts
+        ("deep_gemm", "0.34.0", False),  # the oracle's DeepGEMM experts, checked while the model is built
+        ("flashinfer_moe_ep_cutedsl", "0.32.0", False),
+    ],
+)
+def test_58729_from_0_32_the_layout_is_judged_only_for_the_cutlass_experts(
+    moe: str, version: str, refused: bool
+) -> None:
+    obj = (
+        mxfp4_ep(f"vllm/vllm-openai:v{version}")
+        .set("spec.engine.moeBackend", moe)
+        .set("spec.engine.all2allBackend", "deepep_high_throughput")
+        .build()
+    )
+    assert ("vllm-58729" in rules_hit(obj)) == refused
+
+
+# --- index_topk_pattern (dsa-topk-pattern) ------------------------------------------------------------------------
+
+
+def _with_pattern(pattern: str) -> Catalogs:
+    """A GLM-5.3-shaped checkpoint whose config.json carries index_topk_pattern besides freq 4 / offset 3."""
+    return CATALOGS.extend(
+        "models:\n"
+        "  example/GLM-5.3-Patterned:\n"
+        "    family: GLM-5.3\n    architecture: GlmMoeDsaForCausalLM\n    format: bf16\n    layers: 78\n"
+        "    firstKDenseReplace: 3\n    indexTopk: 2048\n    indexTopkFreq: 4\n    indexSkipTopkOffset: 3\n"
+        f"    indexTopkPattern: {pattern}\n    mtpLayers: 1\n    weightGB: 1500\n    expertFraction: 0.9\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "pattern, pipeline, affected",
+    [
+        ("F" * 78, 2, None),  # every layer computes: freq 4 / offset 3 would have refused PP2
+        ("F" * 39 + "S" + "F" * 38, 2, "39"),  # only the pattern's S layers reuse
+        ("F" * 39 + "SS", 2, "39-40"),  # layers past the pattern's end compute
+        ("F" * 19 + "S" * 59, 4, "19-77"),
+    ],
+)
+def test_63170_index_topk_pattern_takes_precedence_over_frequency_and_offset(
+    pattern: str, pipeline: int, affected: str | None
+) -> None:
+    catalogs = _with_pattern(pattern)
+    obj = B().model("example/GLM-5.3-Patterned").accelerator("H200").pipeline(pipeline)
+    obj = obj.tensor(8 // pipeline).image("vllm/vllm-openai:v0.33.0").build()
+    hit = {f.rule: f for f in evaluate(obj, catalogs) if f.severity == "error"}
+    if affected is None:
+        assert "vllm-63170" not in hit
+    else:
+        assert f"layers {affected} of example/GLM-5.3-Patterned" in hit["vllm-63170"].message
+
+
+def test_63170_index_topk_pattern_with_other_letters_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValueError, match="indexTopkPattern: 'FX'"):
+        _with_pattern("FX")
+
+
+# --- gfx942: the FP8 BMM only (aiter-bmm-arch), warned on -----------------------------------------------------------
+
+
+def _warnings(obj: dict) -> dict[str, Finding]:
+    return {f.rule: f for f in evaluate(obj, CATALOGS) if f.severity == "warning"}
+
+
+@pytest.mark.parametrize(
+    "model, version, env, warned",
+    [
+        ("zai-org/GLM-5.3-BF16", "0.32.0", {}, True),  # FP8 BMM on by default below 0.33.0
+        ("zai-org/GLM-5.2", "0.30.0", {}, True),
+        ("zai-org/GLM-5.3-BF16", "0.33.0", {}, False),  # off by default from 0.33.0
+        ("zai-org/GLM-5.3-BF16", "0.33.0", {"VLLM_ROCM_USE_AITER_FP8BMM": "1"}, True),
+        ("zai-org/GLM-5.3-BF16", "0.32.0", {"VLLM_ROCM_USE_AITER_FP8BMM": "0"}, False),
+        ("zai-org/GLM-5.3-BF16", "0.32.0", {"VLLM_ROCM_USE_AITER_FP4BMM": "0"}, True),  # FP4 never runs on gfx942
+        ("zai-org/GLM-5.3-BF16", "0.32.0", {"VLLM_ROCM_USE_AITER": "0"}, False),
+        ("zai-org/GLM-5.2-FP8", "0.32.0", {}, False),  # an FP8 kv_b_proj is the designed FP8 BMM path
+    ],
+)
+def test_52833_on_mi300x_the_fp8_bmm_of_a_bf16_kv_b_proj_is_warned_on_never_refused(
+    model: str, version: str, env: dict[str, str], warned: bool
+) -> None:
+    b = B().model(model).accelerator("MI300X").tensor(8).data(2).expert().mtp(3)
+    b = b.image(f"vllm/vllm-openai-rocm:v{version}")
+    for name, value in env.items():
+        b = b.env(name, value)
+    obj = b.build()
+    assert not rules_hit(obj), rules_hit(obj)  # nothing refused: the deployment is otherwise sound
+    assert ("vllm-52833" in _warnings(obj)) == warned
+    if warned:
+        assert "VLLM_ROCM_USE_AITER_FP8BMM=0" in _warnings(obj)["vllm-52833"].message

@@ -272,13 +272,67 @@ def ct_mxfp4_experts(src: Source) -> tuple[Any, str]:
 
 
 def ct_mxfp4_moe_backends_read(src: Source) -> tuple[Any, str]:
+    """The names `__init__` tests `moe.moe_backend` for: compared by name, or passed to a predicate of the fused MoE
+    package (`is_flashinfer_moe_ep_backend`, from 0.32.0), whose names are read from where it looks them up."""
     init = _ct_init(src)
     read: set[str] = set()
     for node in ast.walk(init):
         if isinstance(node, ast.Compare) and _text(node.left) == "moe.moe_backend":
             for comparator in node.comparators:
                 read |= _strings(comparator)
+        elif isinstance(node, ast.Call) and [_text(a) for a in node.args] == ["moe.moe_backend"]:
+            read |= _backend_predicate_names(src, _text(node.func))
     return frozenset(read), f"{CT_MXFP4}:{init.lineno}"
+
+
+FLASHINFER_MOE_EP = "model_executor/layers/fused_moe/flashinfer_moe_ep.py"
+
+
+def _backend_predicate_names(src: Source, name: str) -> frozenset[str]:
+    """The backend names `name(moe_backend)` holds for: `return moe_backend in <dict>` in flashinfer_moe_ep.py,
+    each key of the dict a name constant of config/kernel.py."""
+    func = src.function(FLASHINFER_MOE_EP, name)
+    expr = _return_expr(func)
+    assert isinstance(expr, ast.Compare) and isinstance(expr.ops[0], ast.In), f"{name}: {_text(expr)}"
+    table = _text(expr.comparators[0])
+    for node in src.tree(FLASHINFER_MOE_EP).body:
+        if isinstance(node, ast.Assign) and _text(node.targets[0]) == table and isinstance(node.value, ast.Dict):
+            return frozenset(_kernel_constant(src, k) for k in node.value.keys if k is not None)
+    raise LookupError(f"{table} (read by {name}) is not a dict in {FLASHINFER_MOE_EP}")
+
+
+def _kernel_constant(src: Source, key: ast.expr) -> str:
+    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+        return key.value
+    for node in src.tree("config/kernel.py").body:
+        if isinstance(node, ast.Assign) and _text(node.targets[0]) == _text(key):
+            assert isinstance(node.value, ast.Constant), _text(node.value)
+            return str(node.value.value)
+    raise LookupError(f"{_text(key)} is not a constant of config/kernel.py")
+
+
+MODELOPT = "model_executor/layers/quantization/modelopt.py"
+NVFP4_ORACLE = "model_executor/layers/fused_moe/oracle/nvfp4.py"
+
+
+def modelopt_nvfp4_min_capability(src: Source) -> tuple[Any, str]:
+    """`ModelOptNvFp4Config.get_min_capability`'s constant, and whether the first `AVAILABLE_BACKENDS` list of
+    `select_nvfp4_moe_backend` (its default order) names `NvFp4MoeBackend.MARLIN`."""
+    func = src.method(MODELOPT, "ModelOptNvFp4Config", "get_min_capability")
+    expr = _return_expr(func)
+    assert isinstance(expr, ast.Constant) and isinstance(expr.value, int), _text(expr)
+    select = src.function(NVFP4_ORACLE, "select_nvfp4_moe_backend")
+    lists = sorted(
+        (n for n in ast.walk(select) if isinstance(n, ast.Assign) and _text(n.targets[0]) == "AVAILABLE_BACKENDS"),
+        key=lambda n: n.lineno,
+    )
+    if not lists or not isinstance(lists[0].value, ast.List):
+        raise LookupError("select_nvfp4_moe_backend has no AVAILABLE_BACKENDS list")
+    marlin = "NvFp4MoeBackend.MARLIN" in {_text(e) for e in lists[0].value.elts}
+    # The dense NVFP4 layers have a Marlin kernel too (it logs the weight-only fallback).
+    dense = src.method("model_executor/kernels/linear/nvfp4/marlin.py", "MarlinNvFp4LinearKernel", "is_supported")
+    assert "is_fp4_marlin_supported()" in _text(dense), "MarlinNvFp4LinearKernel no longer gated on Marlin FP4"
+    return (expr.value, marlin), f"{MODELOPT}:{func.lineno}, {NVFP4_ORACLE}:{lists[0].lineno}"
 
 
 def aiter_switch_defaults(src: Source) -> tuple[Any, str]:
@@ -371,6 +425,31 @@ def aiter_bmm_needs_master(src: Source) -> tuple[Any, str]:
     funcs = [src.method(rel, cls.name, name) for name in ("is_fp4bmm_enabled", "is_fp8bmm_enabled")]
     needs = all("cls._AITER_ENABLED and" in _text(_return_expr(f)) for f in funcs)
     return needs, ", ".join(f"{rel}:{f.lineno}" for f in funcs)
+
+
+def aiter_bmm_arch(src: Source) -> tuple[Any, str]:
+    """Per BMM switch, the architecture its `is_*bmm_enabled` adds to the AITER switches: gfx950 for `on_gfx950()`
+    (0.26.0-0.31.x) or `get_cdna_version() == 4` (from 0.32.0), None for no architecture test; any other test fails."""
+    rel = "_aiter_ops.py"
+    cls = next(
+        n
+        for n in ast.walk(src.tree(rel))
+        if isinstance(n, ast.ClassDef)
+        and any(isinstance(m, ast.FunctionDef) and m.name == "is_fp4bmm_enabled" for m in n.body)
+    )
+    values, where = [], []
+    for name, method in (
+        ("VLLM_ROCM_USE_AITER_FP4BMM", "is_fp4bmm_enabled"),
+        ("VLLM_ROCM_USE_AITER_FP8BMM", "is_fp8bmm_enabled"),
+    ):
+        func = src.method(rel, cls.name, method)
+        text = _text(_return_expr(func))
+        rest = re.sub(r"cls\._AITER_ENABLED and cls\._FP[48]BMM_ENABLED", "", text).strip()
+        arch = {"": None, "and on_gfx950()": "gfx950", "and (get_cdna_version() == 4)": "gfx950"}.get(rest, "?")
+        assert arch != "?", f"{method} tests something glmops does not know: {text}"
+        values.append((name, arch))
+        where.append(f"{rel}:{func.lineno}")
+    return tuple(values), ", ".join(where)
 
 
 def mla_fp4bmm_needs_bf16(src: Source) -> tuple[Any, str]:
@@ -480,6 +559,55 @@ def _getattr_defaults(func: ast.FunctionDef) -> tuple[Any, Any]:
             if isinstance(key, ast.Constant) and key.value in ("index_topk_freq", "index_skip_topk_offset"):
                 found[key.value] = ast.literal_eval(node.args[2])
     return found.get("index_topk_freq"), found.get("index_skip_topk_offset")
+
+
+def dsa_topk_pattern(src: Source) -> tuple[Any, str]:
+    """The letter of `index_topk_pattern` that makes a layer reuse the top-k, read where each DSA module decides it:
+    `if <pattern> is None:` holds the frequency-and-offset rule, and its `elif 0 <= layer < len(<pattern>)` branch
+    compares `<pattern>[layer] == "<letter>"` (so the pattern takes precedence, and a layer past its end keeps the
+    module's default: compute)."""
+    letters: set[str] = set()
+    where: list[str] = []
+    for rel, func in _dsa_functions(src):
+        for node in ast.walk(func):
+            if not (isinstance(node, ast.If) and _is_none_test(node.test)):
+                continue
+            name = _text(node.test.left)  # type: ignore[attr-defined]
+            if "pattern" not in name or not any(_skip_expr(n) is not None for b in node.body for n in ast.walk(b)):
+                continue
+            assert len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If), f"{rel}:{node.lineno}: no elif"
+            guard = node.orelse[0]
+            assert re.fullmatch(rf"0 <= \w+ < len\({name}\)( and .*)?", _text(guard.test)), _text(guard.test)
+            found = {
+                c.comparators[0].value
+                for c in ast.walk(guard)
+                if isinstance(c, ast.Compare)
+                and isinstance(c.left, ast.Subscript)
+                and _text(c.left.value) == name
+                and isinstance(c.ops[0], ast.Eq)
+                and isinstance(c.comparators[0], ast.Constant)
+            }
+            assert len(found) == 1, f"{rel}:{guard.lineno}: {found}"
+            letters |= found
+            where.append(f"{rel}:{node.lineno}")
+    if not where:
+        raise LookupError("no index_topk_pattern branch in the modules that run GlmMoeDsaForCausalLM")
+    assert len(letters) == 1, f"the DSA modules disagree on the reuse letter: {letters}"
+    return letters.pop(), ", ".join(where)
+
+
+def _is_none_test(test: ast.expr) -> bool:
+    return isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.Is) and _text(test.comparators[0]) == "None"
+
+
+def _dsa_functions(src: Source) -> Iterator[tuple[str, ast.FunctionDef]]:
+    for entry in DSA_FILES:
+        path = src.root / entry
+        files = sorted(path.rglob("*.py")) if path.is_dir() else ([path] if path.exists() else [])
+        for file in files:
+            rel = str(file.relative_to(src.root))
+            for func in (n for n in ast.walk(src.tree(rel)) if isinstance(n, ast.FunctionDef)):
+                yield rel, func
 
 
 # --- The DSA top-k across pipeline stages (vllm-63170) ------------------------------------------------------------

@@ -7,8 +7,13 @@ from importlib import resources
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
+
+# index_topk_pattern letters: vLLM reuses the top-k on a layer whose letter is S (dsa-topk-pattern); checkpoints
+# write F for the others.
+REUSE_LETTER = "S"
+COMPUTE_LETTER = "F"
 
 CheckpointFormat = Literal["bf16", "fp8", "modelopt-nvfp4", "compressed-tensors-mxfp4-w4a4", "quark-mxfp4"]
 
@@ -27,6 +32,9 @@ class ModelInfo(BaseModel):
     index_topk: int = Field(ge=1)
     index_topk_freq: int = Field(ge=1)
     index_skip_topk_offset: int = Field(ge=0)
+    # HF config `index_topk_pattern`: one letter per layer, S reuses the top-k, F computes it; when set it takes
+    # precedence over index_topk_freq and index_skip_topk_offset (vllm_facts: dsa-topk-pattern).
+    index_topk_pattern: str | None = None
     mtp_layers: int = Field(ge=0)
     weight_gb: float = Field(gt=0, alias="weightGB")
     expert_fraction: float = Field(ge=0, le=1)
@@ -41,10 +49,23 @@ class ModelInfo(BaseModel):
     def computes_topk(self, layer: int) -> bool:
         """Whether `layer` runs the DSA indexer (else it reuses the last computed top-k indices).
 
-        vLLM's rule for GlmMoeDsa: a layer skips when
-        max(layer - index_skip_topk_offset + 1, 0) % index_topk_freq != 0.
+        vLLM's rule for GlmMoeDsa (vllm_facts: dsa-topk-pattern, dsa-topk-reuse): with an index_topk_pattern, a
+        layer within it skips when its letter is S, and a layer past its end computes; without one, a layer skips
+        when max(layer - index_skip_topk_offset + 1, 0) % index_topk_freq != 0.
         """
+        if self.index_topk_pattern is not None:
+            return not (0 <= layer < len(self.index_topk_pattern) and self.index_topk_pattern[layer] == REUSE_LETTER)
         return max(layer - self.index_skip_topk_offset + 1, 0) % self.index_topk_freq == 0
+
+    @field_validator("index_topk_pattern")
+    @classmethod
+    def _pattern_letters(cls, value: str | None) -> str | None:
+        if value is not None and set(value) - {REUSE_LETTER, COMPUTE_LETTER}:
+            raise ValueError(
+                f"indexTopkPattern: {value!r}: one letter per layer, {COMPUTE_LETTER} (computes the top-k) or "
+                f"{REUSE_LETTER} (reuses it), as the checkpoint's config.json index_topk_pattern"
+            )
+        return value
 
     def mla_in_bf16(self) -> bool:
         """Whether the MLA `kv_b_proj` weight is BF16: a BF16 checkpoint, or one keeping MLA attention in BF16."""

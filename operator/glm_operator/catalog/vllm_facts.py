@@ -299,14 +299,31 @@ CT_MXFP4_EXPERTS = Fact(
 CT_MXFP4_MOE_BACKENDS_READ = Fact(
     id="ct-mxfp4-moe-backends-read",
     claim=(
-        "The `--moe-backend` values `CompressedTensorsW4A4Mxfp4MoEMethod.__init__` compares against: `marlin` is "
-        "not one of them, so it does not move this checkpoint off the Cutlass experts."
+        "The `--moe-backend` values for which `CompressedTensorsW4A4Mxfp4MoEMethod.__init__` hands the choice of "
+        "experts to the MXFP4 oracle (`select_mxfp4_moe_backend`, which checks the experts it picks against the "
+        "device and parallel config while the model is built) instead of picking the Cutlass experts unchecked: "
+        "compared by name, or from 0.32.0 also through `is_flashinfer_moe_ep_backend` (the FlashInfer MoE-EP "
+        "backends). `marlin` is not one of them, so it does not move this checkpoint off the Cutlass experts."
     ),
     since=(
         ("0.26.0", frozenset[str]()),
         ("0.30.0", frozenset({"b12x"})),
-        ("0.34.0", frozenset({"b12x", "deep_gemm"})),
+        ("0.32.0", frozenset({"b12x", "flashinfer_moe_ep_cutedsl", "flashinfer_moe_ep_mega_deep_gemm"})),
+        ("0.34.0", frozenset({"b12x", "deep_gemm", "flashinfer_moe_ep_cutedsl", "flashinfer_moe_ep_mega_deep_gemm"})),
     ),
+)
+
+# --- NVFP4 below Blackwell -----------------------------------------------------------------------------------------
+
+MODELOPT_NVFP4_HOPPER = Fact(
+    id="modelopt-nvfp4-min-capability",
+    claim=(
+        "(`ModelOptNvFp4Config.get_min_capability`, whether the NVFP4 MoE oracle's default list in "
+        "`select_nvfp4_moe_backend` has the Marlin experts): vLLM refuses a ModelOpt NVFP4 checkpoint only below "
+        "this compute capability, and where no FP4 kernel runs (Hopper) it falls back to Marlin, weight-only "
+        "W4A16; so glmops warns on sm90 instead of refusing (formats.yaml)."
+    ),
+    since=(("0.26.0", (75, True)),),
 )
 
 # --- ROCm AITER switches and the MLA BMM (vllm-52833) -------------------------------------------------------------
@@ -335,6 +352,16 @@ AITER_BMM_NEEDS_MASTER = Fact(
         "(`_AITER_ENABLED`); FP4 also requires CDNA 4 (gfx950)."
     ),
     since=(("0.26.0", True),),
+)
+AITER_BMM_ARCH = Fact(
+    id="aiter-bmm-arch",
+    claim=(
+        "The architecture each AITER BMM switch is further limited to (`rocm_aiter_ops.is_fp4bmm_enabled` / "
+        "`is_fp8bmm_enabled`; None: none beyond AITER's own, which includes gfx942): the FP4 BMM runs on gfx950 "
+        "(CDNA 4) only, the FP8 BMM wherever AITER runs, so on gfx942 (MI300X) a BF16 kv_b_proj is re-quantized "
+        "for the FP8 BMM while that switch is on."
+    ),
+    since=(("0.26.0", ((AITER_FP4BMM, "gfx950"), (AITER_FP8BMM, None))),),
 )
 MLA_FP4BMM_NEEDS_BF16 = Fact(
     id="mla-fp4bmm-needs-bf16",
@@ -366,6 +393,16 @@ DSA_TOPK_REUSE = Fact(
         "`compute_skip_topk_layers`); this is `ModelInfo.computes_topk` negated."
     ),
     since=(("0.26.0", (1, 2)),),
+)
+DSA_TOPK_PATTERN = Fact(
+    id="dsa-topk-pattern",
+    claim=(
+        "When the config has `index_topk_pattern` (not None) it takes precedence over `index_topk_freq` and "
+        "`index_skip_topk_offset` in every module that runs `GlmMoeDsaForCausalLM`: a layer within the pattern "
+        "reuses the previous top-k indices when its letter is this one, and a layer past its end computes them; "
+        "this is how `ModelInfo.computes_topk` reads `indexTopkPattern`."
+    ),
+    since=(("0.26.0", "S"),),
 )
 
 _NO_TOPK_SENT = "models/deepseek_v32 (no top-k sent across stages)"
@@ -459,11 +496,14 @@ FACTS: tuple[Fact[object], ...] = (
     MARLIN_NEEDS_CUDA,
     CT_MXFP4_EXPERTS,
     CT_MXFP4_MOE_BACKENDS_READ,
+    MODELOPT_NVFP4_HOPPER,
     AITER_SWITCH_DEFAULTS,
     AITER_BMM_NEEDS_MASTER,
+    AITER_BMM_ARCH,
     MLA_FP4BMM_NEEDS_BF16,
     PP_DEFAULT_SPLIT,
     DSA_TOPK_REUSE,
+    DSA_TOPK_PATTERN,
     DSA_PP_TOPK_SENT,
     HTTP_KEEP_ALIVE_S,
     NGRAM_LOOKUP_DEFAULTS,
@@ -494,6 +534,14 @@ def expert_parallel_active(tensor: int, data: int, expert: bool) -> bool:
 def all2all_kernels_built(tensor: int, data: int, expert: bool) -> bool:
     """MOE_ALL2ALL_KERNELS for glmops' spec: sequence-parallel MoE needs data > 1 too, so data > 1 decides."""
     return expert_parallel_active(tensor, data, expert) and data > 1
+
+
+def ct_mxfp4_oracle_picks(moe_backend: str, version: Version | None) -> bool:
+    """CT_MXFP4_MOE_BACKENDS_READ: the compressed-tensors MXFP4 MoE method hands this `--moe-backend` to the MXFP4
+    oracle, which checks the experts it picks, instead of picking Cutlass or Marlin unchecked (an unknown version:
+    assumed not, as the rules assume the older behaviour there)."""
+    name = moe_backend.lower().replace("-", "_")
+    return version is not None and name in CT_MXFP4_MOE_BACKENDS_READ.at(version)
 
 
 def effective_all2all(name: str, version: Version | None) -> str:

@@ -181,6 +181,7 @@ def mxfp4_moe_layout(ctx: Context) -> list[Finding]:
         or ctx.model.model.format != "compressed-tensors-mxfp4-w4a4"
         or ctx.platform != "cuda"
         or ctx.accelerator.arch_family == ArchFamily.SM100  # the Cutlass experts: rule vllm-58729
+        or facts.ct_mxfp4_oracle_picks(ctx.spec.engine.moe_backend, ctx.version)  # not Marlin: checked by vLLM
         or not facts.all2all_kernels_built(p.tensor, p.data, p.expert)
     ):
         return []

@@ -58,6 +58,8 @@ def vllm_58729(ctx: Context, rule: RuleInfo) -> list[Finding]:
         or not facts.expert_parallel_active(p.tensor, p.data, p.expert)
     ):
         return []
+    if facts.ct_mxfp4_oracle_picks(ctx.spec.engine.moe_backend, ctx.version):
+        return []  # the MXFP4 oracle picks these experts and checks them while the model is built: no Cutlass
     patched = ctx.has_patch(rule.patch)
     remaps = ctx.version is not None and facts.CUTLASS_MXFP4_REMAPS.at(ctx.version)
     if not remaps and not patched:
@@ -276,7 +278,7 @@ def vllm_52833(ctx: Context, rule: RuleInfo) -> list[Finding]:
     """AITER re-quantizes a BF16 MLA kv_b_proj on gfx950 and MTP accepts no drafts."""
     spec = ctx.spec.engine.speculative
     if (
-        ctx.accelerator.architecture != "gfx950"
+        ctx.accelerator.architecture not in ("gfx950", "gfx942")
         or ctx.model is None
         or not ctx.model.model.mla_in_bf16()
         or spec is None
@@ -284,6 +286,8 @@ def vllm_52833(ctx: Context, rule: RuleInfo) -> list[Finding]:
     ):
         return []
     patched = ctx.has_patch(rule.patch)
+    if ctx.accelerator.architecture != "gfx950":
+        return _gfx942_fp8_bmm_warning(ctx, rule, patched)
     findings = [] if patched or ctx.spec.parallelism.expert else [_illegal_address_warning(rule)]
     switched_on = _bmm_switches_on(ctx, patched)
     if not switched_on:
@@ -314,6 +318,36 @@ def vllm_52833(ctx: Context, rule: RuleInfo) -> list[Finding]:
         )
     )
     return findings
+
+
+def _gfx942_fp8_bmm_warning(ctx: Context, rule: RuleInfo, patched: bool) -> list[Finding]:
+    """gfx942 has no FP4 BMM (`aiter-bmm-arch`), but the FP8 BMM re-quantizes the BF16 kv_b_proj there the same way
+    (`mla-fp4bmm-needs-bf16`); the reported MTP failure is from gfx950 only, so this warns instead of refusing."""
+    assert ctx.model is not None
+    arch = ctx.accelerator.architecture
+    on = [n for n in _bmm_switches_on(ctx, patched) if dict(facts.AITER_BMM_ARCH.at(ctx.version))[n] in (None, arch)]
+    if not on:
+        return []
+    name = on[0]
+    value = (
+        f"{name}={ctx.env(name)}" if ctx.env(name) is not None else f"{name} unset (on by default in {_version(ctx)})"
+    )
+    return [
+        Finding(
+            rule=rule.id,
+            severity="warning",
+            field=ctx.env_field(name) if ctx.env_is_users(name) else "spec.engine.env",
+            value=value,
+            problem=(
+                f"on {_version(ctx)} with {ctx.accelerator.name} ({arch}: no FP4 BMM, fact aiter-bmm-arch) and AITER "
+                f"on, MLAAttention re-quantizes the BF16 kv_b_proj of {ctx.model.model.name} for AITER's FP8 BMM, the "
+                "path that makes MTP accept 0 % of drafts on gfx950; no report measures it on this architecture, so "
+                "this is not refused"
+            ),
+            fix=f"Set {name}=0 to keep kv_b_proj in BF16 with MTP, and watch the spec-decode canary",
+            upstream=rule.upstream,
+        )
+    ]
 
 
 def _bmm_switches_on(ctx: Context, patched: bool) -> list[str]:
@@ -353,7 +387,8 @@ VLLM_58729 = RuleInfo(
     upstream="https://github.com/vllm-project/vllm/issues/58729",
     affected=(
         "0.26.0-0.31.x: compressed-tensors W4A4 MXFP4 checkpoint, SM100-family GPU, expert parallelism "
-        "with TP x DP > 1 (--moe-backend marlin does not avoid it). Every version, with expert and data "
+        "with TP x DP > 1 (--moe-backend marlin does not avoid it; b12x from 0.30.0 and the FlashInfer MoE-EP "
+        "backends from 0.32.0 do: other experts, checked by vLLM). Every version, with expert and data "
         "parallelism: the DeepEP high-throughput and FlashInfer NVLink all-to-all layouts, which the Cutlass "
         "MXFP4 experts cannot take, and the batched layouts of DeepEP low-latency and nixl_ep (from 0.34.0 also "
         "DeepEP v2's padded rows), which neither the Cutlass nor the Marlin MXFP4 experts take (0.32.0+ fails only "
@@ -377,7 +412,10 @@ VLLM_58729 = RuleInfo(
         "(`moe-padded-all2all`) or rejected "
         "by the experts that run: Cutlass (`cutlass-mxfp4-rejected-all2all` of the newest version, which the "
         "patch also enforces) or, on the patched image with GLMOPS_MOE_MXFP4_BACKEND=marlin, Marlin "
-        "(`marlin-rejected-all2all`). `ct-mxfp4-moe-backends-read`: --moe-backend marlin changes nothing."
+        "(`marlin-rejected-all2all`). Not when --moe-backend is one the compressed-tensors MXFP4 method hands to "
+        "the MXFP4 oracle (`ct-mxfp4-moe-backends-read`: b12x from 0.30.0, the flashinfer_moe_ep_* backends from "
+        "0.32.0, deep_gemm from 0.34.0), which picks other experts and checks them while the model is built; "
+        "--moe-backend marlin is not one of them and changes nothing."
     ),
     facts=(
         "moe-use-ep",
@@ -402,8 +440,8 @@ VLLM_63170 = RuleInfo(
     upstream="https://github.com/vllm-project/vllm/issues/63170",
     affected=(
         "Every supported version below 0.34.0 (0.34.0 hands the top-k indices across pipeline stages itself on "
-        "CUDA and ROCm): GlmMoeDsaForCausalLM with index_topk_freq > 1, pipeline > 1, a stage starting on a top-k "
-        "reuse layer."
+        "CUDA and ROCm): GlmMoeDsaForCausalLM with index_topk_freq > 1 (or an index_topk_pattern with S layers), "
+        "pipeline > 1, a stage starting on a top-k reuse layer."
     ),
     patch="dsa-pp-topk-handoff",
     remedy=(
@@ -417,12 +455,12 @@ VLLM_63170 = RuleInfo(
         "the top-k across stages on this platform (`dsa-pp-topk-sent`; a version glmops has not checked that is "
         "newer than every checked one is judged by the newest, and warned on rather than refused) and the split "
         "(VLLM_PP_LAYER_PARTITION, else vLLM's default split, `pp-default-split`) starts a stage after the first "
-        "on a layer that reuses top-k indices (`dsa-topk-reuse` with the checkpoint's index_topk_freq and "
-        "index_skip_topk_offset). A VLLM_PP_LAYER_PARTITION that vLLM would refuse (entry count, sum, not "
-        "integers) or that gives a stage fewer than one layer (vLLM does not refuse it at start: it fails "
-        "later) is refused too."
+        "on a layer that reuses top-k indices (the checkpoint's index_topk_pattern where it has one, "
+        "`dsa-topk-pattern`, else `dsa-topk-reuse` with its index_topk_freq and index_skip_topk_offset). A "
+        "VLLM_PP_LAYER_PARTITION that vLLM would refuse (entry count, sum, not integers) or that gives a stage "
+        "fewer than one layer (vLLM does not refuse it at start: it fails later) is refused too."
     ),
-    facts=("pp-default-split", "dsa-topk-reuse", "dsa-pp-topk-sent"),
+    facts=("pp-default-split", "dsa-topk-reuse", "dsa-topk-pattern", "dsa-pp-topk-sent"),
     check=vllm_63170,
 )
 
@@ -438,7 +476,8 @@ VLLM_52833 = RuleInfo(
         "when switched on. Without expert parallelism the reported setup crashed on 0.27.1 with "
         "hipErrorIllegalAddress (warning; cause unknown). Exempt: FP8 checkpoints (kv_b_proj is FP8, so the FP4 "
         "BMM is skipped and the FP8 BMM is AITER's designed path for them) and gfx942 (no FP4 BMM; no report of "
-        "the FP8 BMM losing MTP drafts there); the spec-decode canary watches both."
+        "the FP8 BMM losing MTP drafts there: warned on when the FP8 BMM re-quantizes a BF16 kv_b_proj, "
+        "`aiter-bmm-arch`); the spec-decode canary watches both."
     ),
     patch="rocm-mla-bf16-bmm",
     remedy=(
@@ -453,9 +492,10 @@ VLLM_52833 = RuleInfo(
         "(unset counts as on: glmops renders it as 1; `aiter-bmm-needs-master`) and VLLM_ROCM_USE_AITER_FP4BMM "
         "or VLLM_ROCM_USE_AITER_FP8BMM on, each read as vLLM reads it: unset means the version's default, "
         "otherwise on only for `true`/`1` in any case (`aiter-switch-defaults`). On the patched image only a "
-        "switch set on explicitly counts (the patch keeps BF16 kv_b_proj out of both BMMs otherwise)."
+        "switch set on explicitly counts (the patch keeps BF16 kv_b_proj out of both BMMs otherwise). On gfx942 "
+        "(`aiter-bmm-arch`: no FP4 BMM) the same reading of the FP8 BMM switch gives a warning, not a refusal."
     ),
-    facts=("aiter-switch-defaults", "aiter-bmm-needs-master", "mla-fp4bmm-needs-bf16"),
+    facts=("aiter-switch-defaults", "aiter-bmm-needs-master", "aiter-bmm-arch", "mla-fp4bmm-needs-bf16"),
     check=vllm_52833,
 )
 

@@ -114,6 +114,7 @@ class Launch:
     data: int = 1
     expert: bool = False
     all2all: str = "allgather_reducescatter"
+    moe_backend: str = "auto"
     speculative: dict[str, object] | None = None
     env: dict[str, str] = field(default_factory=dict)
     gpu: str = "H200"
@@ -145,6 +146,8 @@ def parse_serve_args(args: list[str], env: dict[str, str], gpu: str, version: st
             launch.expert = True
         elif flag == "--all2all-backend":
             launch.all2all = value
+        elif flag == "--moe-backend":
+            launch.moe_backend = value.replace("-", "_")
         elif flag in ("--speculative-config", "-sc"):
             launch.speculative = json.loads(value)
         else:
@@ -192,6 +195,47 @@ def resolve(launch: Launch) -> Resolved:
     )
 
 
+# compressed_tensors_moe_w4a4_mxfp4.py CompressedTensorsW4A4Mxfp4MoEMethod.__init__: these --moe-backend values go to
+# select_mxfp4_moe_backend (fused_moe/oracle/mxfp4.py), which builds the experts only if their is_supported_config
+# holds, before any weight loads; every other value gets CUTLASS on SM100, else Marlin. By first version.
+ORACLE_MOE_BACKENDS = (
+    ("0.30.0", ("b12x",)),
+    ("0.32.0", ("flashinfer_moe_ep_cutedsl", "flashinfer_moe_ep_mega_deep_gemm")),  # is_flashinfer_moe_ep_backend
+    ("0.34.0", ("deep_gemm",)),
+)
+
+
+def oracle_picks_experts(r: Resolved) -> bool:
+    return any(
+        r.version >= Version.parse(first) and r.launch.moe_backend in names for first, names in ORACLE_MOE_BACKENDS
+    )
+
+
+def mxfp4_oracle_experts(r: Resolved) -> Outcome | None:
+    """The W4A4 MXFP4 experts the oracle picks for an explicit --moe-backend, and the two checks of their
+    is_supported_config a launch here varies: the device (B12xExperts: SM120 family; FlashInferMoeEpExperts: capability
+    10.0 or 10.3; DeepGemmFP4Experts: SM100 or SM120) and the parallel config (B12xExperts: ep_size 1;
+    FlashInferMoeEpExperts: expert parallelism, no batched layout; DeepGemmFP4Experts: no FlashInfer NVLink layout).
+    The quantization scheme, activation and shape checks are not modelled."""
+    if not (
+        r.model and r.model.format == MXFP4_W4A4 and r.gpu and r.gpu.platform == "cuda" and oracle_picks_experts(r)
+    ):
+        return None
+    backend, family, layout = r.launch.moe_backend, r.gpu.arch_family, r.layout
+    if backend == "b12x":
+        device, parallel = family == "sm120", not r.use_ep
+    elif backend == "deep_gemm":
+        device, parallel = family in ("sm100", "sm120"), layout not in ("fi-two-sided", "fi-one-sided")
+    else:
+        device, parallel = family == "sm100", r.use_ep and layout != "batched"
+    if device and parallel:
+        return SERVES
+    why = "current device" if not device else "parallel config"
+    return Outcome(
+        error=f"ValueError: {backend} does not support this MoE deployment since kernel does not support {why}"
+    )
+
+
 def mxfp4_moe_on_rocm(r: Resolved) -> Outcome | None:
     """No CUTLASS or XPU experts on ROCm: the MoE method repacks for Marlin with a CUDA-only op, in every version."""
     # 0.32.0+ also validates MarlinExperts against the device, but only in make_mxfp4_moe_kernel, after that repack.
@@ -212,7 +256,11 @@ def mxfp4_marlin_under_ep(r: Resolved) -> Outcome | None:
     if not (r.model and r.model.format == MXFP4_W4A4 and r.gpu and r.gpu.platform == "cuda"):
         return None
     layout = r.layout
-    if r.gpu.arch_family == "sm100" or layout not in ("batched", "padded", *marlin_refused_layouts(r.version)):
+    if (
+        r.gpu.arch_family == "sm100"
+        or oracle_picks_experts(r)
+        or layout not in ("batched", "padded", *marlin_refused_layouts(r.version))
+    ):
         return None
     why = {
         "batched": "('batched_experts',) activation format",
@@ -228,6 +276,8 @@ def mxfp4_experts_under_ep(r: Resolved) -> Outcome | None:
     """vllm-58729: the CUTLASS MXFP4 experts SM100 picks, under expert parallelism."""
     if not (r.model and r.model.format == MXFP4_W4A4 and r.gpu and r.gpu.arch_family == "sm100" and r.use_ep):
         return None
+    if oracle_picks_experts(r):
+        return None  # not CUTLASS: mxfp4_oracle_experts
     if MXFP4_PATCH in r.launch.patches:
         marlin = r.launch.env.get(MXFP4_PATCH_BACKEND, "").strip().lower() == "marlin"
         marlin_row = "patched, marlin" if r.version >= V0_27_1 else "patched, marlin < 0.27.1"
@@ -253,11 +303,12 @@ def pp_layer_split(layers: int, pp: int, partition: str | None) -> list[int]:
 
 
 def stale_topk(r: Resolved) -> Outcome | None:
-    """vllm-63170: a pipeline stage that starts on a top-k reuse layer reads stale indices, until 0.34.0's CUDA and
+    """vllm-63170: a pipeline stage that starts on a top-k reuse layer (index_topk_pattern's S layers where the
+    config has one, else the frequency-and-offset rule) reads stale indices, until 0.34.0's CUDA and
     ROCm DSA modules send the top-k with the hidden states (models/deepseek_v32/{nvidia,amd}/model.py
     pp_topk_buffers)."""
     model, pp = r.model, r.launch.pipeline
-    if not model or model.index_topk_freq == 1 or pp == 1 or TOPK_PATCH in r.launch.patches:
+    if not model or pp == 1 or TOPK_PATCH in r.launch.patches:
         return None
     if r.version >= V0_34 and r.gpu and r.gpu.platform in ("cuda", "rocm"):
         return None
@@ -272,7 +323,8 @@ def env_flag(env: dict[str, str], name: str, default: bool) -> bool:
 
 
 def mtp_zero(r: Resolved) -> Outcome | None:
-    """vllm-52833: on gfx950, AITER re-quantizes a BF16 kv_b_proj for its FP4/FP8 BMM and MTP accepts no draft."""
+    """vllm-52833: on gfx950, AITER re-quantizes a BF16 kv_b_proj for its FP4/FP8 BMM and MTP accepts no draft.
+    gfx942 runs the FP8 BMM the same way, but no report shows drafts lost there, so it serves here."""
     model, spec, env = r.model, r.launch.speculative or {}, r.launch.env
     method = str(spec.get("method", ""))
     if not (model and r.gpu and r.gpu.architecture == "gfx950" and (method == "mtp" or method.endswith("_mtp"))):
@@ -289,6 +341,7 @@ def mtp_zero(r: Resolved) -> Outcome | None:
 # Upstream issue -> its check. Startup errors win over faults; among faults the first row wins.
 KNOWN_FAILURES: tuple[tuple[str, Callable[[Resolved], Outcome | None]], ...] = (
     ("rocm-mxfp4-marlin", mxfp4_moe_on_rocm),
+    ("mxfp4-oracle-experts", mxfp4_oracle_experts),
     ("vllm-58729", mxfp4_experts_under_ep),
     ("mxfp4-marlin-layout", mxfp4_marlin_under_ep),
     ("vllm-63170", stale_topk),
