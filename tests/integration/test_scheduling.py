@@ -125,7 +125,7 @@ def test_readiness_gate_holds_ready_until_its_condition_is_true(kubectl: Kubectl
     kubectl.run("patch", "pod", "gated", "-n", namespace, "--subresource=status", "--type=strategic", "-p", patch)
     eventually(lambda: conditions()["Ready"] == "True", timeout=30, what="Ready after the gate turns True")
 
-    patch = patch.replace('"True","reason":Reason.CANARY_PASSED', '"False","reason":Reason.CANARY_FAILED')
+    patch = gate_patch("False", Reason.CANARY_FAILED)
     kubectl.run("patch", "pod", "gated", "-n", namespace, "--subresource=status", "--type=strategic", "-p", patch)
     eventually(lambda: conditions()["Ready"] == "False", timeout=30, what="Ready to drop when the gate fails")
 
