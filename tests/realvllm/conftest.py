@@ -57,7 +57,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _env_script(*args: str) -> str:
+def env_script(*args: str) -> str:
     out = subprocess.run([str(ENV_SCRIPT), *args], check=True, stdout=subprocess.PIPE, text=True, timeout=3600)
     return out.stdout.strip().splitlines()[-1]
 
@@ -83,7 +83,7 @@ def _wait_healthy(url: str, process: subprocess.Popen[bytes], log_path: Path) ->
 @pytest.fixture(scope="session")
 def real_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
     """The real vLLM server, started once for the session and stopped (its whole process group) at the end."""
-    python, model_dir = _env_script(), _env_script("model")
+    python, model_dir = env_script(), env_script("model")
     port = _free_port()
     log_path = tmp_path_factory.mktemp("realvllm") / "vllm.log"
     env = {**os.environ, **adapted_env(POD)}

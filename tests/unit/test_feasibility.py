@@ -91,6 +91,19 @@ def findings(b: B) -> dict[tuple[str, str], str]:
             "error",
             "Use one of",
         ),
+        (
+            B().accelerator("H200").tensor(8).vllm("0.32.0").set("spec.engine.attentionBackend", "warp_attn"),
+            "feasibility/backend",
+            "error",
+            "Use auto or one of",
+        ),
+        (
+            # STEP5_DSA is a member of AttentionBackendEnum from 0.33.0 only
+            B().accelerator("H200").tensor(8).vllm("0.32.0").set("spec.engine.attentionBackend", "step5_dsa"),
+            "feasibility/backend",
+            "error",
+            "not a value vLLM 0.32.0 accepts",
+        ),
         (B().accelerator("H200").tensor(8).vllm("0.29.0"), "feasibility/version", "error", "no patched image"),
         (
             B().accelerator("H200").tensor(8).image("vllm/vllm-openai:v0.35.0"),
@@ -238,3 +251,9 @@ def test_nvfp4_is_refused_on_no_cuda_family_vllm_takes_it_on(family: str, versio
     family_enum = ArchFamily(family)
     if CUDA_CAPABILITY[family] >= min_capability and marlin:
         assert family_enum in fmt.supported or family_enum in fmt.warn, f"{family} is refused, vLLM {version} runs it"
+
+
+@pytest.mark.parametrize("name", ["auto", "AUTO", "flashmla_sparse", "FLASHMLA_SPARSE", "TRITON_MLA"])
+def test_attention_backend_names_vllm_knows_pass_in_any_case(name: str) -> None:
+    obj = B().accelerator("H200").tensor(8).vllm("0.32.0").set("spec.engine.attentionBackend", name).build()
+    assert not [f for f in evaluate(obj, CATALOGS) if f.rule == "feasibility/backend"]

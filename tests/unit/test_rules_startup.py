@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from glm_operator.rules.context import Catalogs
-from glm_operator.rules.engine import evaluate
+from glm_operator.rules.engine import admit, evaluate
 from glm_operator.rules.findings import Finding
 from tests.support.builders import GLMDeploymentBuilder as B
 
@@ -147,3 +147,85 @@ def test_unmanaged_keys_of_json_config_flags_pass(args: list[str]) -> None:
 def test_whole_speculative_config_is_refused_once_by_the_managed_flag_check() -> None:
     hit = {f.rule for f in evaluate(extra("-sc", '{"method": "mtp"}'), CATALOGS) if f.severity == "error"}
     assert "feasibility/extra-args" in hit and "startup/extra-args-json" not in hit
+
+
+def speculative(method: str, tokens: int | None = None, model: str = "zai-org/GLM-5.3", version: str = "0.32.0") -> B:
+    config: dict[str, object] = {"method": method}
+    if tokens is not None:
+        config["numSpeculativeTokens"] = tokens
+    return B().model(model).accelerator("H200").tensor(8).vllm(version).set("spec.engine.speculative", config)
+
+
+@pytest.mark.parametrize("method", ["mtp", "ngram"])
+def test_speculative_without_a_draft_count_is_refused(method: str) -> None:
+    finding = errors(speculative(method).remediation("Reject").build())["startup/speculative-tokens"]
+    assert finding.field == "spec.engine.speculative.numSpeculativeTokens"
+    assert "vllm/config/speculative.py:1820" in finding.message
+    assert "Set spec.engine.speculative.numSpeculativeTokens" in finding.message
+
+
+def test_mtp_without_a_draft_count_is_repaired_to_the_checkpoint_s_mtp_layers() -> None:
+    admission = admit(speculative("mtp").build(), CATALOGS)
+    assert admission.allowed
+    assert admission.patched["spec"]["engine"]["speculative"]["numSpeculativeTokens"] == 1
+    assert [c.path for c in admission.changes] == ["spec.engine.speculative.numSpeculativeTokens"]
+
+
+def test_ngram_without_a_draft_count_is_not_repaired() -> None:
+    admission = admit(speculative("ngram").build(), CATALOGS)
+    assert not admission.allowed
+    assert "startup/speculative-tokens" in admission.rejection()
+
+
+@pytest.mark.parametrize("method", ["mtp", "ngram"])
+def test_speculative_with_a_draft_count_is_clean(method: str) -> None:
+    hit = errors(speculative(method, 3).build())
+    assert "startup/speculative-tokens" not in hit and "startup/speculative-draft" not in hit
+
+
+@pytest.mark.parametrize("method", ["eagle", "eagle3", "draft_model"])
+@pytest.mark.parametrize("tokens", [None, 3])
+def test_methods_that_need_a_draft_checkpoint_are_refused(method: str, tokens: int | None) -> None:
+    hit = errors(speculative(method, tokens).build())
+    finding = hit["startup/speculative-draft"]
+    assert finding.field == "spec.engine.speculative.method"
+    assert "vllm/config/speculative.py:1188" in finding.message
+    assert "startup/speculative-tokens" not in hit  # one finding: the method is what to change
+
+
+def test_draft_checkpoint_refusal_cites_the_speculator_config_from_0_34_0() -> None:
+    finding = errors(speculative("eagle", 3, version="0.34.0").build())["startup/speculative-draft"]
+    assert "vllm/v1/worker/gpu/spec_decode/speculator_config.py:173" in finding.message
+
+
+def all2all(name: str, model: str, version: str = "0.32.0") -> dict:
+    spec = B().model(model).accelerator("H200").tensor(8).vllm(version)
+    return spec.set("spec.engine.all2allBackend", name).build()
+
+
+@pytest.mark.parametrize("model", ["zai-org/GLM-5.3", "zai-org/GLM-5.2-FP8"])
+def test_moonep_with_a_quantized_checkpoint_is_refused(model: str) -> None:
+    finding = errors(all2all("moonep", model))["startup/moonep-quantized"]
+    assert finding.field == "spec.engine.all2allBackend"
+    assert "fp8 checkpoint" in finding.message and "vllm/config/vllm.py:2035" in finding.message
+
+
+def test_moonep_with_the_bf16_checkpoint_passes_this_check() -> None:
+    assert "startup/moonep-quantized" not in errors(all2all("moonep", "zai-org/GLM-5.3-BF16"))
+
+
+def test_moonep_before_0_31_0_is_refused_as_an_unknown_name_only() -> None:
+    hit = errors(all2all("moonep", "zai-org/GLM-5.3", "0.30.0"))
+    assert "startup/moonep-quantized" not in hit and "feasibility/backend" in hit
+
+
+@pytest.mark.parametrize(
+    "dtype, refused", [("nvfp4", True), ("nvfp4_4over6", True), ("nvfp4_ds_mla", False), ("fp8", False)]
+)
+def test_plain_nvfp4_kv_cache_is_refused_for_mla(dtype: str, refused: bool) -> None:
+    obj = B().model("zai-org/GLM-5.3").accelerator("H200").tensor(8).vllm("0.32.0")
+    hit = errors(obj.set("spec.engine.kvCacheDtype", dtype).build())
+    assert ("startup/kv-nvfp4-mla" in hit) == refused
+    if refused:
+        assert hit["startup/kv-nvfp4-mla"].field == "spec.engine.kvCacheDtype"
+        assert "vllm/config/vllm.py:3296" in hit["startup/kv-nvfp4-mla"].message

@@ -92,6 +92,22 @@ def kv_cache_dtypes(src: Source) -> tuple[Any, str]:
     return _literal_alias(src, "config/cache.py", "CacheDType")
 
 
+def attention_backends(src: Source) -> tuple[Any, str]:
+    """v1/attention/backends/registry.py: the members of AttentionBackendEnum (vLLM looks a name up upper-cased)."""
+    rel = "v1/attention/backends/registry.py"
+    enum = src.cls(rel, "AttentionBackendEnum")
+    names = {
+        target.id
+        for node in enum.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    if not names:
+        raise LookupError(f"AttentionBackendEnum in {rel} has no members")
+    return frozenset(names), f"{rel}:{enum.lineno}"
+
+
 def all2all_cli_removed(src: Source) -> tuple[Any, str]:
     rel = "engine/arg_utils.py"
     for node in ast.walk(src.tree(rel)):
@@ -713,6 +729,47 @@ def moe_backend_all2all_line(src: Source) -> tuple[int, ...]:
     return _kernel_raise(src, "bind_passthrough_all2all_backend", "dispatches and combines itself")
 
 
+def _raise_saying(src: Source, rels: tuple[str, ...], message: str) -> tuple[str, int]:
+    """The one `raise` line among `rels` whose next line says `message`: (file, line)."""
+    found = []
+    for rel in rels:
+        path = src.root / rel
+        if not path.is_file():
+            continue
+        lines = path.read_text().splitlines()
+        found += [(rel, n) for n in range(1, len(lines)) if "raise " in lines[n - 1] and message in lines[n]]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} refusals saying {message!r} in {', '.join(rels)}, expected one")
+    return found[0]
+
+
+def speculative_tokens_line(src: Source) -> tuple[int, ...]:
+    """config/speculative.py SpeculativeConfig._verify_args: the refusal of a config without a draft count."""
+    return (_raise_saying(src, ("config/speculative.py",), "num_speculative_tokens must be provided with")[1],)
+
+
+SPECULATIVE_DRAFT_FILES = ("config/speculative.py", "v1/worker/gpu/spec_decode/speculator_config.py")
+
+
+def speculative_draft_line(src: Source) -> tuple[int, ...]:
+    """The refusal of a draft count for a method that needs a draft checkpoint when none is given (in
+    config/speculative.py, or from 0.34.0 in the speculator configs)."""
+    return (_raise_saying(src, SPECULATIVE_DRAFT_FILES, "was provided but without speculative model")[1],)
+
+
+def moonep_quantized_line(src: Source) -> tuple[int, ...]:
+    """config/vllm.py VllmConfig: the refusal of the moonep all-to-all backend with a quantized model; none where
+    the version has no moonep."""
+    if "moonep" not in (src.root / "config/vllm.py").read_text():
+        return ()
+    return (_raise_saying(src, ("config/vllm.py",), "moonep all2all backend currently supports unquantized")[1],)
+
+
+def kv_nvfp4_mla_line(src: Source) -> tuple[int, ...]:
+    """config/vllm.py VllmConfig.validate_nvfp4_kv_cache_with_mla: the refusal of an nvfp4 KV cache for MLA."""
+    return (_raise_saying(src, ("config/vllm.py",), "nvfp4 KV cache is not supported with MLA")[1],)
+
+
 JSON_CONFIG_FLAGS = ("--kernel-config", "--attention-config", "--speculative-config")
 
 
@@ -777,4 +834,8 @@ LINE_READERS: dict[str, Callable[[Source], tuple[int, ...]]] = {
     "moe-backend-model": moe_backend_model_line,
     "moe-backend-all2all": moe_backend_all2all_line,
     "extra-args-json": extra_args_json_lines,
+    "speculative-tokens": speculative_tokens_line,
+    "speculative-draft": speculative_draft_line,
+    "moonep-quantized": moonep_quantized_line,
+    "kv-nvfp4-mla": kv_nvfp4_mla_line,
 }

@@ -36,7 +36,11 @@ LINES_HEADER = (
     "# get-pp-indices: distributed/utils.py get_pp_indices (def, unparsable, entry count, sum refusals);\n"
     "# moe-backend-model / moe-backend-all2all: the refusal in config/kernel.py validate_flashinfer_moe_ep_model /\n"
     "# bind_passthrough_all2all_backend; extra-args-json: engine/arg_utils.py adding --kernel-config,\n"
-    "# --attention-config, --speculative-config, and utils/argparse_utils.py reading a dotted --flag.key.\n"
+    "# --attention-config, --speculative-config, and utils/argparse_utils.py reading a dotted --flag.key;\n"
+    "# speculative-tokens: config/speculative.py refusing a config without a draft count; speculative-draft: the\n"
+    "# refusal of a draft count without a draft checkpoint (config/speculative.py; from 0.34.0\n"
+    "# v1/worker/gpu/spec_decode/speculator_config.py); moonep-quantized / kv-nvfp4-mla: the refusals in\n"
+    "# config/vllm.py of moonep with a quantized model / of an nvfp4 KV cache for MLA.\n"
 )
 
 Reader = Callable[[Source], tuple[Any, str]]

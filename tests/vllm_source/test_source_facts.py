@@ -53,6 +53,7 @@ READERS: dict[str, Callable[[Source], tuple[Any, str]]] = {
     facts.ALL2ALL_REWRITTEN.id: extract.all2all_rewritten,
     facts.ALL2ALL_DEFAULT.id: extract.all2all_default,
     facts.MOE_BACKENDS.id: extract.moe_backends,
+    facts.ATTENTION_BACKENDS.id: extract.attention_backends,
     facts.KV_CACHE_DTYPES.id: extract.kv_cache_dtypes,
     facts.MOE_USE_EP.id: extract.moe_use_ep,
     facts.MOE_ALL2ALL_KERNELS.id: extract.moe_all2all_kernels,

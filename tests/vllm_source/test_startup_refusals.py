@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 import types
 from collections.abc import Iterable
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from glm_operator.catalog import vllm_facts as facts
 from glm_operator.catalog.images import load_images
 from glm_operator.catalog.versions import Version
+from glm_operator.catalog.vllm_facts import source_lines
 from glm_operator.rules.backends import all2all_backends
 from glm_operator.rules.context import Catalogs
 from glm_operator.rules.engine import evaluate
@@ -22,8 +24,13 @@ from glm_operator.rules.startup import (
     GET_PP_INDICES_LINES,
     JSON_FLAG_ALIASES,
     JSON_FLAGS,
+    KV_NVFP4_MLA,
     MODEL_RESTRICTED_MOE,
+    MOONEP_QUANTIZED,
     SELF_DISPATCHING_MOE,
+    SPECULATIVE_DRAFT,
+    SPECULATIVE_TOKENS,
+    speculative_draft_file,
 )
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.vllm_source import extract
@@ -200,3 +207,53 @@ def test_json_config_flags_and_their_managed_keys_exist(version: str) -> None:
 
 def test_the_located_json_flag_lines_are_the_flags_the_refusal_reads() -> None:
     assert set(extract.JSON_CONFIG_FLAGS) == set(JSON_FLAGS)
+
+
+def _located(name: str, version: str) -> tuple[int, ...]:
+    return tuple(source_lines(name).get(version, ()))
+
+
+def _window(version: str, rel: str, line: int, before: int) -> str:
+    """The `before` lines above `line` of `rel` and the line itself, as one text."""
+    lines = (source(version).root / rel).read_text().splitlines()
+    return "\n".join(lines[max(0, line - 1 - before) : line])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_speculative_refusals_are_where_vllm_refuses(version: str) -> None:
+    """The draft count is required, and the target model is taken as the draft only when a count is given."""
+    text = (source(version).root / "config/speculative.py").read_text()
+    (tokens,) = _located(SPECULATIVE_TOKENS.cites, version)
+    lines = text.splitlines()
+    assert "raise ValueError" in lines[tokens - 1] and "num_speculative_tokens must be provided" in lines[tokens]
+    assert "if self.num_speculative_tokens is None:" in lines[tokens - 2]
+    guard = re.search(r"if self\.model is None and \(?\s*self\.num_speculative_tokens is not None", text)
+    assert guard, f"vLLM {version} no longer takes the draft only when a count is given"
+    (draft,) = _located(SPECULATIVE_DRAFT.cites, version)
+    rel = speculative_draft_file(Version.parse(version))
+    assert "without speculative model" in _window(version, rel, draft + 1, 0), (version, rel, draft)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_moonep_refusal_is_where_vllm_refuses_a_quantized_model(version: str) -> None:
+    found = _located(MOONEP_QUANTIZED.cites, version)
+    has_moonep = "moonep" in facts.ALL2ALL_BACKENDS.at(Version.parse(version))
+    assert bool(found) == has_moonep, f"vLLM {version}: moonep {has_moonep}, refusal located {found}"
+    if found:
+        above = _window(version, "config/vllm.py", found[0], 6)
+        assert 'all2all_backend == "moonep"' in above and "quantization is not None" in above
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_nvfp4_kv_refusal_is_where_vllm_refuses_it_for_mla_and_glm5_is_mla(version: str) -> None:
+    (line,) = _located(KV_NVFP4_MLA.cites, version)
+    above = _window(version, "config/vllm.py", line, 8)
+    assert "use_mla" in above
+    if 'cache_dtype == "nvfp4"' in above:  # before the _ds_mla and 4over6 layouts: plain nvfp4 is the only one
+        names = {n for n in facts.KV_CACHE_DTYPES.at(Version.parse(version)) if n.startswith("nvfp4")}
+        assert names == {"nvfp4"}, f"vLLM {version} refuses only plain nvfp4 for MLA, and has {sorted(names)}"
+    else:
+        assert 'startswith("nvfp4")' in above and 'endswith("_ds_mla")' in above
+    convertor = (source(version).root / "transformers_utils/model_arch_config_convertor.py").read_text()
+    mla = convertor[convertor.index("def is_deepseek_mla") :][:3000]
+    assert '"glm_moe_dsa"' in mla, f"vLLM {version} no longer treats GLM-5.x (glm_moe_dsa) as MLA"

@@ -164,7 +164,10 @@ class SpeculativeSpec(_Model):
         default=None,
         ge=1,
         le=16,
-        description="Tokens drafted per step. Unset means the draft config's own value.",
+        description=(
+            "Tokens drafted per step. vLLM needs it: unset, admission sets the checkpoint's MTP layers for mtp "
+            "(remediation Auto) and refuses otherwise."
+        ),
     )
     prompt_lookup_max: int | None = Field(
         default=None,

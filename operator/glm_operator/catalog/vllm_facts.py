@@ -188,6 +188,75 @@ KV_CACHE_DTYPES = Fact(
     ),
 )
 
+_ATTN = frozenset(
+    {
+        "CPU_ATTN",
+        "CUSTOM",
+        "CUTLASS_MLA",
+        "FLASHINFER",
+        "FLASHINFER_MLA",
+        "FLASHINFER_MLA_SPARSE",
+        "FLASHINFER_MLA_SPARSE_DSV4",
+        "FLASHINFER_MLA_SPARSE_SM120",
+        "FLASHMLA",
+        "FLASHMLA_SPARSE",
+        "FLASHMLA_SPARSE_DSV4",
+        "FLASH_ATTN",
+        "FLASH_ATTN_DIFFKV",
+        "FLASH_ATTN_MLA",
+        "FLASH_ATTN_MLA_SPARSE",
+        "FLEX_ATTENTION",
+        "HPC_ATTN",
+        "MINIMAX_M3_SPARSE",
+        "NO_ATTENTION",
+        "ROCM_AITER_FA",
+        "ROCM_AITER_MLA",
+        "ROCM_AITER_MLA_SPARSE",
+        "ROCM_AITER_TRITON_MLA",
+        "ROCM_AITER_UNIFIED_ATTN",
+        "ROCM_ATTN",
+        "ROCM_FLASHMLA_SPARSE_DSV4",
+        "TOKENSPEED_MLA",
+        "TORCH_SDPA",
+        "TRITON_ATTN",
+        "TRITON_ATTN_DIFFKV",
+        "TRITON_MLA",
+        "TURBOQUANT",
+        "XPU_MLA_SPARSE",
+    }
+)
+_ATTN_027 = _with(_ATTN, "CUTLASS_MSA", "TRITON_MSA")
+_ATTN_030 = _with(
+    _ATTN_027,
+    "AMX_MLA",
+    "B12X",
+    "CPU_MLA",
+    "FLASHINFER_MLA_SPARSE_DSV41",
+    "FLASHINFER_MLA_SPARSE_SM90",
+    "FLASHMLA_SPARSE_DSV41",
+    "TRITON_FLASHINFER",
+    "TRITON_FLASH_ATTN",
+)
+_ATTN_031 = _with(_ATTN_030, "FLASHMLA_MEGA_ATTN_DSV41")
+_ATTN_032 = _with(_ATTN_031, "ROCM_SEGMENTED_ATTN", "ULTRAQUANT")
+_ATTN_033 = _with(_ATTN_032, "FLASH_ATTN_MLA_SPARSE_FA4", "ROCM_FLASHMLA_SPARSE_DSV41", "ROCM_OCTAVE", "STEP5_DSA")
+ATTENTION_BACKENDS = Fact(
+    id="attention-backends",
+    claim=(
+        "The names `--attention-backend` accepts: the members of `AttentionBackendEnum`, looked up upper-cased "
+        "(`auto` means none)."
+    ),
+    since=(
+        ("0.26.0", _ATTN),
+        ("0.27.1", _ATTN_027),
+        ("0.30.0", _ATTN_030),
+        ("0.31.0", _ATTN_031),
+        ("0.32.0", _ATTN_032),
+        ("0.33.0", _ATTN_033),
+        ("0.34.0", _with(_ATTN_033, "FLASHINFER_TS", "KIMI_K3_KV_BALANCED_MLA")),
+    ),
+)
+
 # --- Expert parallelism and the MoE all-to-all (vllm-58729) -------------------------------------------------------
 
 _FUSED_CONFIG = "model_executor/layers/fused_moe/config.py"
@@ -485,6 +554,7 @@ FACTS: tuple[Fact[object], ...] = (
     ALL2ALL_DEFAULT,
     MOE_BACKENDS,
     KV_CACHE_DTYPES,
+    ATTENTION_BACKENDS,
     MOE_USE_EP,
     MOE_ALL2ALL_KERNELS,
     MOE_SEQUENCE_PARALLEL_NEEDS,

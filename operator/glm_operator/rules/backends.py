@@ -24,6 +24,11 @@ def kv_cache_dtypes(version: Version | None) -> set[str]:
     return set(facts.KV_CACHE_DTYPES.at(version) if version else _every_version(facts.KV_CACHE_DTYPES))
 
 
+def attention_backends(version: Version | None) -> set[str]:
+    """Upper-case names (vLLM upper-cases what it is given); `auto` is not among them."""
+    return set(facts.ATTENTION_BACKENDS.at(version) if version else _every_version(facts.ATTENTION_BACKENDS))
+
+
 def platform_of_moe_backend(name: str) -> str | None:
     """The only platform a MoE backend runs on, or None when it is portable."""
     if name.startswith(("aiter", "flydsl", "rdna3")):

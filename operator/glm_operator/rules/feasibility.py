@@ -10,6 +10,7 @@ from glm_operator.catalog import vllm_facts as facts
 from glm_operator.catalog.accelerators import ArchFamily
 from glm_operator.rules.backends import (
     all2all_backends,
+    attention_backends,
     kv_cache_dtypes,
     moe_backends,
     platform_of_all2all,
@@ -327,7 +328,19 @@ def backends_valid(ctx: Context) -> list[Finding]:
                 )
             )
     attention = engine.attention_backend
-    if attention != "auto" and (needs := platform_of_attention(attention)) and needs != ctx.platform:
+    known = attention_backends(ctx.version)
+    if attention.lower() != "auto" and attention.upper() not in known:
+        out.append(
+            _f(
+                "backend",
+                "error",
+                "spec.engine.attentionBackend",
+                attention,
+                f"not a value vLLM {ctx.version or ''} accepts".replace("  ", " "),
+                f"Use auto or one of: {', '.join(sorted(known))}",
+            )
+        )
+    elif attention.lower() != "auto" and (needs := platform_of_attention(attention)) and needs != ctx.platform:
         out.append(
             _f(
                 "backend",

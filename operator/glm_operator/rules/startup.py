@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from glm_operator.catalog.versions import Version
 from glm_operator.catalog.vllm_facts import source_lines
 from glm_operator.rules.context import Context
-from glm_operator.rules.findings import Finding
+from glm_operator.rules.findings import Change, Finding
 from glm_operator.rules.partition import parse_partition
 
 PP_ENV = "VLLM_PP_LAYER_PARTITION"
@@ -31,7 +31,20 @@ PP_PARTITION = StartupRefusal("startup/pp-partition", "get-pp-indices")
 MOE_BACKEND_MODEL = StartupRefusal("startup/moe-backend-model", "moe-backend-model")
 MOE_BACKEND_ALL2ALL = StartupRefusal("startup/moe-backend-all2all", "moe-backend-all2all")
 EXTRA_ARGS_JSON = StartupRefusal("startup/extra-args-json", "extra-args-json")
-STARTUP_REFUSALS = (PP_PARTITION, MOE_BACKEND_MODEL, MOE_BACKEND_ALL2ALL, EXTRA_ARGS_JSON)
+SPECULATIVE_TOKENS = StartupRefusal("startup/speculative-tokens", "speculative-tokens")
+SPECULATIVE_DRAFT = StartupRefusal("startup/speculative-draft", "speculative-draft")
+MOONEP_QUANTIZED = StartupRefusal("startup/moonep-quantized", "moonep-quantized")
+KV_NVFP4_MLA = StartupRefusal("startup/kv-nvfp4-mla", "kv-nvfp4-mla")
+STARTUP_REFUSALS = (
+    PP_PARTITION,
+    MOE_BACKEND_MODEL,
+    MOE_BACKEND_ALL2ALL,
+    EXTRA_ARGS_JSON,
+    SPECULATIVE_TOKENS,
+    SPECULATIVE_DRAFT,
+    MOONEP_QUANTIZED,
+    KV_NVFP4_MLA,
+)
 
 # vllm/distributed/utils.py, get_pp_indices: (def line, int() parse refusal, entry-count refusal, sum refusal),
 # per version, read from the source by `python -m tests.vllm_source.locate` (catalog/data/vllm-fact-locations.yaml).
@@ -235,4 +248,131 @@ def extra_args_json_knobs(ctx: Context) -> list[Finding]:
     return out
 
 
-STARTUP_CHECKS = (pp_partition_valid, moe_backend_fits_model, extra_args_json_knobs)
+def _cite(refusal: StartupRefusal, ctx: Context, rel: str) -> str:
+    """ " (vllm/<rel>:N)" for the version's first located line of `refusal`, or nothing for an unknown version."""
+    found = source_lines(refusal.cites).get(str(ctx.version)) if ctx.version is not None else None
+    return f" (vllm/{rel}:{found[0]})" if found else ""
+
+
+# Speculative methods that draft from a separate draft checkpoint. glmops renders `--speculative-config` without a
+# `model` (a GLMDeployment has no field naming a draft checkpoint), and vLLM's SpeculativeConfig then refuses them:
+# "num_speculative_tokens was provided but without speculative model", or, without a count, the check below.
+DRAFT_CHECKPOINT_METHODS = ("eagle", "eagle3", "draft_model")
+# Where vLLM raises "num_speculative_tokens was provided but without speculative model", from the first version on
+# (0.34.0 moved it into the speculator configs); tests/vllm_source checks each version's located line is there.
+SPECULATIVE_DRAFT_FILES = (
+    ("0.26.0", "config/speculative.py"),
+    ("0.34.0", "v1/worker/gpu/spec_decode/speculator_config.py"),
+)
+
+
+def speculative_draft_file(version: Version | None) -> str:
+    """The file holding the draft-checkpoint refusal in `version` (the newest file for an unknown version)."""
+    found = SPECULATIVE_DRAFT_FILES[0][1]
+    for first, rel in SPECULATIVE_DRAFT_FILES:
+        if version is None or version >= Version.parse(first):
+            found = rel
+    return found
+
+
+def speculative_renderable(ctx: Context) -> list[Finding]:
+    """A speculative config vLLM starts with as glmops renders it: a method that needs no draft checkpoint, and a
+    draft count (vLLM's SpeculativeConfig takes the draft from the target model only when a count is given)."""
+    spec = ctx.spec.engine.speculative
+    if spec is None:
+        return []
+    field = "spec.engine.speculative"
+    version = ctx.version or "(unknown version)"
+    if spec.method.value in DRAFT_CHECKPOINT_METHODS:
+        return [
+            Finding(
+                rule=SPECULATIVE_DRAFT.id,
+                severity="error",
+                field=f"{field}.method",
+                value=spec.method.value,
+                problem=(
+                    "it drafts from a separate draft checkpoint, which a GLMDeployment cannot name, and "
+                    f"vLLM {version} refuses to start without one"
+                    f"{_cite(SPECULATIVE_DRAFT, ctx, speculative_draft_file(ctx.version))}"
+                ),
+                fix=f"Use {field}.method mtp (GLM-5.x checkpoints carry their MTP layer) or ngram",
+            )
+        ]
+    if spec.num_speculative_tokens is not None:
+        return []
+    mtp_layers = ctx.model.model.mtp_layers if ctx.model is not None else 0
+    repair = spec.method == "mtp" and mtp_layers > 0
+    return [
+        Finding(
+            rule=SPECULATIVE_TOKENS.id,
+            severity="error",
+            field=f"{field}.numSpeculativeTokens",
+            value="unset",
+            problem=(
+                f"vLLM {version} takes the {spec.method.value} draft only with a count of draft tokens and refuses to "
+                f"start without one{_cite(SPECULATIVE_TOKENS, ctx, 'config/speculative.py')}"
+            ),
+            fix=(
+                f"Set {field}.numSpeculativeTokens"
+                + (f" ({mtp_layers}: the checkpoint's MTP layers)" if repair else " (3 is a common start)")
+            ),
+            changes=(Change(f"{field}.numSpeculativeTokens", mtp_layers),) if repair else (),
+        )
+    ]
+
+
+MOONEP = "moonep"
+
+
+def moonep_unquantized(ctx: Context) -> list[Finding]:
+    """The moonep all-to-all backend only with an unquantized (BF16) checkpoint (VllmConfig refuses any other)."""
+    if ctx.spec.engine.all2all_backend != MOONEP or ctx.model is None or ctx.model.model.format == "bf16":
+        return []
+    if ctx.version is not None and source_lines(MOONEP_QUANTIZED.cites).get(str(ctx.version)) == ():
+        return []  # a version without moonep: feasibility/backend refuses the name
+    return [
+        Finding(
+            rule=MOONEP_QUANTIZED.id,
+            severity="error",
+            field="spec.engine.all2allBackend",
+            value=MOONEP,
+            problem=(
+                f"{ctx.model.model.name} is a {ctx.model.model.format} checkpoint, and "
+                f"vLLM {ctx.version or '(unknown)'} runs moonep with unquantized BF16 models only"
+                f"{_cite(MOONEP_QUANTIZED, ctx, 'config/vllm.py')}"
+            ),
+            fix="Use another all2allBackend (auto), or the model's BF16 checkpoint",
+        )
+    ]
+
+
+def kv_cache_fits_mla(ctx: Context) -> list[Finding]:
+    """No plain nvfp4 KV cache layout: GLM-5.x attention is MLA, and VllmConfig refuses nvfp4 (but the _ds_mla
+    layouts) for MLA models."""
+    dtype = ctx.spec.engine.kv_cache_dtype
+    if not dtype.startswith("nvfp4") or dtype.endswith("_ds_mla"):
+        return []
+    return [
+        Finding(
+            rule=KV_NVFP4_MLA.id,
+            severity="error",
+            field="spec.engine.kvCacheDtype",
+            value=dtype,
+            problem=(
+                "GLM-5.x attention is multi-head latent attention (MLA), and "
+                f"vLLM {ctx.version or '(unknown)'} refuses "
+                f"this nvfp4 layout for MLA models{_cite(KV_NVFP4_MLA, ctx, 'config/vllm.py')}"
+            ),
+            fix="Use kvCacheDtype auto, fp8, or nvfp4_ds_mla where the version has it",
+        )
+    ]
+
+
+STARTUP_CHECKS = (
+    pp_partition_valid,
+    moe_backend_fits_model,
+    extra_args_json_knobs,
+    speculative_renderable,
+    moonep_unquantized,
+    kv_cache_fits_mla,
+)
