@@ -116,6 +116,12 @@ def test_the_spec_decode_figure_is_what_vllms_counters_say(canary_run: CanaryRun
     drafts = canary_run.after[SPEC[0]] - canary_run.before[SPEC[0]]
     accepted = canary_run.after[SPEC[1]] - canary_run.before[SPEC[1]]
     spec = canary_run.checks["spec-decode"]
+    if drafts == 0:
+        # The random model's answers give ngram's prompt lookup a match only now and then, and the short suites stop
+        # once certain: a run can draft nothing. The check must then say so, not invent a figure.
+        assert spec["value"] is None and not spec["passed"]
+        assert str(spec["detail"]).startswith("no draft tokens counted during the canary traffic")
+        return
     assert drafts > 0
     assert spec["value"] == pytest.approx(accepted / drafts)
     assert str(spec["detail"]).startswith(f"{accepted:.0f}/{drafts:.0f} draft tokens accepted; per position ")
