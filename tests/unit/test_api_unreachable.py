@@ -10,8 +10,7 @@ import pytest
 import urllib3
 
 from glm_operator.api.constants import CANARY_CONDITION, Reason
-from glm_operator.control import refreshes
-from glm_operator.handlers import canary
+from glm_operator.control import gate_loop, refreshes
 from glm_operator.k8s.client import API_UNREACHABLE
 from glm_operator.sim.fleet import sim_argv
 
@@ -28,7 +27,7 @@ def test_errors_without_an_answer_count_as_the_api_server_unreachable(error: Exc
 
 async def test_a_gate_write_is_retried_until_the_api_server_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(canary, "API_RETRY_S", 0.01)
+    monkeypatch.setattr(gate_loop, "API_RETRY_S", 0.01)
 
     def set_gate(*args: Any) -> bool:
         calls.append(args)
@@ -36,7 +35,7 @@ async def test_a_gate_write_is_retried_until_the_api_server_answers(monkeypatch:
             raise REFUSED
         return True
 
-    assert await asyncio.wait_for(canary._api(set_gate, "ns", "pod", "True"), timeout=5) is True
+    assert await asyncio.wait_for(gate_loop._api(set_gate, "ns", "pod", "True"), timeout=5) is True
     assert calls == [("ns", "pod", "True")] * 3
 
 
@@ -44,7 +43,7 @@ async def test_a_group_workers_mirror_of_its_leader_waits_out_an_api_server_rest
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A headless worker of a multi-node group copies its leader's gate: a refused write is retried, never raised."""
-    monkeypatch.setattr(canary, "API_RETRY_S", 0.01)
+    monkeypatch.setattr(gate_loop, "API_RETRY_S", 0.01)
     attempts: list[tuple[Any, ...]] = []
     written: list[tuple[Any, ...]] = []
     leader = {
@@ -86,8 +85,8 @@ async def test_a_group_workers_mirror_of_its_leader_waits_out_an_api_server_rest
         looked_up.append((namespace, name))
         return leader
 
-    monkeypatch.setattr(canary.pods, "set_gate", set_gate)
-    await asyncio.wait_for(canary._mirror_leader(Worker(), watched), timeout=5)  # type: ignore[arg-type]
+    monkeypatch.setattr(gate_loop.pods, "set_gate", set_gate)
+    await asyncio.wait_for(gate_loop._mirror_leader(Worker(), watched), timeout=5)  # type: ignore[arg-type]
     assert looked_up == [("ns", "group-0-0")], "the leader's gate is read from its watched view, once"
     assert len(attempts) == 3
     assert written == [("ns", "group-0-1", "True", Reason.CANARY_PASSED, "group leader group-0-0: 3/3 checks passed")]
@@ -100,7 +99,7 @@ async def test_an_answer_with_an_error_status_is_not_retried_as_unreachable() ->
         raise kubernetes.client.ApiException(status=403)
 
     with pytest.raises(kubernetes.client.ApiException):
-        await canary._api(forbidden)
+        await gate_loop._api(forbidden)
 
 
 def test_a_reconcile_the_api_server_did_not_answer_is_retried_in_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -152,9 +151,11 @@ async def test_a_worker_whose_leader_has_no_watched_view_reads_the_leaders_gate_
         def update(self, body: dict[str, Any]) -> None:
             self.body = body
 
-    monkeypatch.setattr(canary.pods, "get_gate", lambda namespace, leader: ("False", Reason.CANARY_FAILED, "smoke 0"))
-    monkeypatch.setattr(canary.pods, "set_gate", lambda *args: written.append(args[:5]) or {"metadata": {}})
-    await asyncio.wait_for(canary._mirror_leader(Worker(), lambda ns, name: None), timeout=5)  # type: ignore[arg-type]
+    monkeypatch.setattr(
+        gate_loop.pods, "get_gate", lambda namespace, leader: ("False", Reason.CANARY_FAILED, "smoke 0")
+    )
+    monkeypatch.setattr(gate_loop.pods, "set_gate", lambda *args: written.append(args[:5]) or {"metadata": {}})
+    await asyncio.wait_for(gate_loop._mirror_leader(Worker(), lambda ns, name: None), timeout=5)  # type: ignore[arg-type]
     assert written == [("ns", "group-0-1", "False", Reason.CANARY_FAILED, "group leader group-0-0: smoke 0")]
 
 
@@ -186,7 +187,7 @@ async def test_a_refused_read_of_the_leaders_gate_is_tried_again_not_the_end_of_
             raise answer
         return answer
 
-    monkeypatch.setattr(canary.pods, "get_gate", get_gate)
-    monkeypatch.setattr(canary.pods, "set_gate", lambda *args: written.append(args[:5]) or {"metadata": {}})
-    await asyncio.wait_for(canary._mirror_leader(Worker(), lambda ns, name: None), timeout=5)  # type: ignore[arg-type]
+    monkeypatch.setattr(gate_loop.pods, "get_gate", get_gate)
+    monkeypatch.setattr(gate_loop.pods, "set_gate", lambda *args: written.append(args[:5]) or {"metadata": {}})
+    await asyncio.wait_for(gate_loop._mirror_leader(Worker(), lambda ns, name: None), timeout=5)  # type: ignore[arg-type]
     assert written == [("ns", "group-0-1", "True", Reason.CANARY_PASSED, "group leader group-0-0: ok")]

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from glm_operator.canary.client import EndpointError, OpenAIClient
-from glm_operator.handlers.canary import err_detail
+from glm_operator.control.gate_loop import err_detail
 from glm_operator.sim.behaviour import Model
 from glm_operator.sim.endpoint_faults import ANSWER_FAULTS, ENDPOINT_FAULTS, endpoint_fault_middleware
 from glm_operator.sim.server import Simulator

@@ -17,9 +17,9 @@ import kopf
 import pytest
 
 from glm_operator.canary.supervisor import PodTasks
-from glm_operator.control import refreshes
+from glm_operator.control import peering, refreshes
 from glm_operator.control.runtime import Runtime, resync_seconds
-from glm_operator.handlers import canary, resync
+from glm_operator.handlers import resync
 from glm_operator.k8s import objects
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.unit.test_planner_deployment import stored
@@ -203,9 +203,9 @@ async def test_the_peering_follower_holds_retries_while_paused_and_asks_for_a_re
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     verdicts = iter([True, True, False, False])
-    monkeypatch.setattr(canary, "read_peers", lambda *_: [])
-    monkeypatch.setattr(canary, "paused_by_peers", lambda *_: next(verdicts))
-    monkeypatch.setattr(canary, "PEERING_CHECK_S", 0.0)
+    monkeypatch.setattr(peering, "read_peers", lambda *_: [])
+    monkeypatch.setattr(peering, "paused_by_peers", lambda *_: next(verdicts))
+    monkeypatch.setattr(peering, "PEERING_CHECK_S", 0.0)
     gates = PodTasks(lambda pod: asyncio.sleep(0))
     settings = kopf.OperatorSettings()
     settings.peering.clusterwide = True
@@ -216,10 +216,10 @@ async def test_the_peering_follower_holds_retries_while_paused_and_asks_for_a_re
     seen: list[tuple[bool, bool, bool, bool]] = []
 
     def changed(active: bool) -> None:
-        canary._peers(memo, active)  # type: ignore[arg-type]
+        peering.peering_changed(memo, active)  # type: ignore[arg-type]
         seen.append((active, gates.paused, context.retries.paused, context.relist_requested.is_set()))
 
-    follower = asyncio.create_task(canary._follow_peering(gates, settings, changed))
+    follower = asyncio.create_task(peering.follow_peering(gates, settings, changed))
     for _ in range(200):
         await asyncio.sleep(0.005)
         if len(seen) == 2:

@@ -1,4 +1,4 @@
-"""The readiness gate: a task per serving pod runs the canaries and writes glmops.dev/canary.
+"""The readiness gate's registrations: a task per serving pod (control/gate_loop.py) runs the canaries.
 
 The tasks follow the pod watch (`kopf.on.event`), not kopf daemons: a daemon keeps its pod with a finalizer,
 which would stall every pod, scale-down and namespace deletion while the operator is down or uninstalled.
@@ -7,98 +7,28 @@ which would stall every pod, scale-down and namespace deletion while the operato
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import datetime
 import functools
-import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, cast
 
 import kopf
-import kubernetes
 
-from glm_operator.api import GLMDeployment
-from glm_operator.api.constants import (
-    CANARY_CONDITION,
-    LABEL_DEPLOYMENT,
-    LABEL_POD_INDEX,
-    LABEL_ROLE,
-    ROLE_GROUP,
-    SERVING,
-    VLLM_PORT,
-)
-from glm_operator.canary.client import EndpointError, OpenAIClient
-from glm_operator.canary.peering import paused_by_peers
-from glm_operator.canary.suite import SuiteInputs, run_suite
-from glm_operator.canary.supervisor import PodTasks, WatchedPod
-from glm_operator.control.canary_progress import GateRuns
-from glm_operator.control.detached import detached_context
-from glm_operator.control.runtime import Runtime, runtime
-from glm_operator.k8s import objects, pods
-from glm_operator.k8s.canary_data import gsm8k_for
-from glm_operator.k8s.client import API_UNREACHABLE
-from glm_operator.k8s.metrics import (
-    CANARY_SECONDS,
-    forget_pod,
-    record_gate,
-    record_suite,
-    record_unreachable,
-    timed,
-)
-from glm_operator.k8s.peering import read_peers
-from glm_operator.render.canary_state import (
-    UNREACHABLE_REPORT_AFTER,
-    GateState,
-    gate_condition,
-    pod_is_serving_ready,
-    suite_inputs_for,
-    summarize,
-)
-
-log = logging.getLogger(__name__)
-PEERING_CHECK_S = 5.0
-API_RETRY_S = 2.0
-T = TypeVar("T")
-
-
-async def _api(call: Callable[..., T], *args: Any) -> T:
-    """A Kubernetes API call off the event loop, retried while the API server does not answer at all.
-
-    An API server restarting is no fault of the pod: the verdict the suite reached is written once it is back,
-    instead of counting as an attempt that could not ask the pod and running the whole suite again.
-    """
-    warned = False
-    while True:
-        try:
-            return await asyncio.to_thread(call, *args)
-        except API_UNREACHABLE as err:
-            if not warned:
-                log.warning("the API server did not answer (%s); retrying every %.0fs", type(err).__name__, API_RETRY_S)
-                warned = True
-            await asyncio.sleep(API_RETRY_S)
+from glm_operator.api.constants import LABEL_DEPLOYMENT, SERVING
+from glm_operator.canary.supervisor import PodTasks
+from glm_operator.control.gate_loop import gate_tasks
+from glm_operator.control.peering import follow_peering, peering_changed
+from glm_operator.control.runtime import runtime
+from glm_operator.k8s.metrics import forget_pod, record_gate
+from glm_operator.render.canary_state import gate_condition
 
 
 @kopf.on.startup(id="glmops-canary-gates")
 async def start_gates(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """Start the registry of per-pod gate tasks, and follow kopf's peering so they pause when kopf does."""
-
-    def run(pod: WatchedPod) -> Awaitable[None]:
-        # The runtime as stored when the pod's task starts: the settings handler may run after this one and store
-        # the one every other handler reads (a runtime captured here could be another, with empty copies).
-        return canary_gate(pod, runtime(memo), gates.view, runs)
-
-    async def write_running(namespace: str, parent: str, fragment: dict[str, Any]) -> None:
-        status = {"canary": {"running": fragment}}
-        stored = await asyncio.to_thread(objects.patch_glmdeployment_status, namespace, parent, status)
-        runtime(memo).observed.record(stored, "GLMDeployment")
-
-    runs = GateRuns(write_running)
-
-    # Each pod's task outlives the watch event that starts it: kept apart from that handler's cause (its whole pod).
-    gates = PodTasks(run, context=detached_context)
-    memo.gates = gates
+    memo.gates = gate_tasks(functools.partial(runtime, memo))  # the runtime as stored when each task starts
     if not settings.peering.standalone:
-        memo.gates_peering = asyncio.create_task(_follow_peering(memo.gates, settings, functools.partial(_peers, memo)))
+        memo.gates_peering = asyncio.create_task(
+            follow_peering(memo.gates, settings, functools.partial(peering_changed, memo))
+        )
 
 
 @kopf.on.cleanup(id="glmops-canary-gates")
@@ -125,223 +55,3 @@ async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         forget_pod(namespace, name)
     elif parent := (meta.get("labels") or {}).get(LABEL_DEPLOYMENT):
         record_gate(namespace, str(parent), name, gate_condition(body))
-
-
-PodView = Callable[[str, str], "dict[str, Any] | None"]
-
-
-async def canary_gate(pod: WatchedPod, context: Runtime, watched: PodView, runs: GateRuns) -> None:
-    """Run the suite when the pod's server is up; keep re-checking at the deployment's interval.
-
-    The GLMDeployment and the pods are read as last watched (`context.observed`, the gates' views), never fetched:
-    a check that changes nothing costs no API request."""
-    labels = pod.labels
-    parent = labels.get(LABEL_DEPLOYMENT, "")
-    if not parent:
-        return  # labelled serving but owned by no GLMDeployment: nothing to check it against
-    if labels.get(LABEL_ROLE) == ROLE_GROUP and labels.get(LABEL_POD_INDEX, "0") != "0":
-        await _mirror_leader(pod, watched)
-        return
-    state = GateState()  # lives as long as the task: nothing below may end it but the pod going away
-    body = _deployment(context, pod.namespace, parent)
-    delay: float | None = _resume_delay(pod, body, state)
-    if pod.name in (((body or {}).get("status") or {}).get("canary") or {}).get("running", {}):
-        await runs.remove(pod.namespace, parent, pod.name)  # left by a run this task never saw end (a restart)
-    if delay:
-        await pod.wait(delay)
-    while not pod.stopped:
-        status = pod.status
-        if not pod_is_serving_ready(status) or not status.get("podIP"):
-            await pod.wait(2, or_change=True)
-            continue
-        try:
-            delay = await _check_once(pod, parent, str(status["podIP"]), state, context, runs)
-        except Exception as err:  # noqa: BLE001 - nothing a pod answers may end its gate or lose its counts
-            detail = err_detail(err)
-            delay = state.could_not_run()
-            log.warning("canary could not ask pod %s/%s: %s; next in %.0fs", pod.namespace, pod.name, detail, delay)
-            await _report_unreachable(pod, parent, state, detail, context)
-        if delay is None:
-            return  # the GLMDeployment is gone
-        await pod.wait(delay)
-    if pod.gone:  # the pod was deleted: its report goes; an operator that stops or pauses keeps them
-        await asyncio.to_thread(_forget, pod.namespace, parent, pod.name, context)
-
-
-def _deployment(context: Runtime, namespace: str, name: str) -> dict[str, Any] | None:
-    """The GLMDeployment as last watched or written, or None when it is gone."""
-    return context.observed.get(namespace, "GLMDeployment", name)
-
-
-def err_detail(err: BaseException) -> str:
-    """One line naming what went wrong talking to the pod (an endpoint error already says where and how)."""
-    text = str(err) if isinstance(err, EndpointError) else f"{type(err).__name__}: {err}"
-    return " ".join(text.split())[:300]
-
-
-async def _report_unreachable(pod: WatchedPod, parent: str, state: GateState, detail: str, context: Runtime) -> None:
-    """Once the pod could not be asked several times in a row: gate, Event, status and metric say so."""
-    if state.unreachable < UNREACHABLE_REPORT_AFTER:
-        return
-    try:
-        body = _deployment(context, pod.namespace, parent)
-        if body is None:
-            return
-        record_unreachable(pod.namespace, parent)
-        config = GLMDeployment.model_validate(body).spec.canary
-        decision = state.unreachable_verdict(detail, config.failures_to_unready)
-        if decision is not None and await _write_gate(pod, decision):
-            kopf.warn(kopf.Body(cast(kopf.RawBody, body)), reason=decision[1], message=f"pod {pod.name}: {decision[2]}")
-        await asyncio.to_thread(
-            _write_report, pod.namespace, parent, pod.name, state.unreachable_report(detail), body, context
-        )
-    except Exception as err:  # noqa: BLE001 - the next attempt reports again
-        log.warning("could not report the unreachable pod %s/%s: %s", pod.namespace, pod.name, err_detail(err))
-
-
-def _resume_delay(pod: WatchedPod, body: dict[str, Any] | None, state: GateState) -> float:
-    """After a restart: trust a recent verdict recorded in status instead of asking every pod again at once."""
-    if body is None:
-        return 0.0
-    report = (((body.get("status") or {}).get("canary") or {}).get("pods") or {}).get(pod.name)
-    recheck = GLMDeployment.model_validate(body).spec.canary.recheck_seconds
-    return state.resume(gate_condition(pod.body), report, recheck)
-
-
-def _peers(memo: kopf.Memo, active: bool) -> None:
-    """This replica paused (`active` False) or active again: hold the refresh retries, and once active re-list (its
-    watches were paused: what was deleted meanwhile, it never saw)."""
-    context = runtime(memo)
-    if active:
-        context.retries.resume()
-        context.relist_requested.set()
-    else:
-        context.retries.pause()
-
-
-async def _follow_peering(
-    gates: PodTasks, settings: kopf.OperatorSettings, changed: Callable[[bool], None] = lambda active: None
-) -> None:
-    """Pause the gate tasks while kopf's peering says another replica is the active one; call `changed` with False
-    when it pauses them and True when this replica becomes the active one again."""
-    while True:
-        namespaces: list[str | None] = [None]
-        if not settings.peering.clusterwide:  # kopf keeps one peering object per served namespace
-            namespaces = list(sorted(gates.namespaces_seen))
-        try:
-            now = datetime.datetime.now(datetime.UTC)
-            peers = [await asyncio.to_thread(read_peers, settings.peering.name, ns) for ns in namespaces]
-            paused = any(paused_by_peers(p, settings.peering.priority, now) for p in peers)
-        except Exception as err:  # noqa: BLE001 - an unreadable peering object keeps the last decision
-            log.warning("could not read the peering object %s: %s", settings.peering.name, err)
-        else:
-            if paused and not gates.paused:
-                changed(False)  # first: a retry due while the gates stop would act on frozen copies
-                await gates.pause()
-            elif not paused and gates.paused:
-                gates.resume()
-                changed(True)
-        await asyncio.sleep(PEERING_CHECK_S)
-
-
-async def _check_once(
-    pod: WatchedPod, parent: str, ip: str, state: GateState, context: Runtime, runs: GateRuns
-) -> float | None:
-    """One canary run against one pod: the gate written, Events and status posted; the delay to the next run."""
-    body = _deployment(context, pod.namespace, parent)
-    if body is None:
-        return None
-    glmd = GLMDeployment.model_validate(body)
-    questions, shots = await _api(gsm8k_for, body, context.catalogs.get().access_policy, context.settings.gsm8k_path)
-    inputs: SuiteInputs = suite_inputs_for(body, context.catalogs.get(), questions, shots)
-    client = OpenAIClient(f"http://{ip}:{VLLM_PORT}")
-    try:
-        served = await client.model_name()
-        if served != glmd.spec.model.name:  # not (yet) this pod's server: never judge a model by another's answers
-            raise EndpointError(f"{ip}:{VLLM_PORT} serves {served!r}, not {glmd.spec.model.name!r}")
-        with timed(CANARY_SECONDS) as run:
-            try:
-                result = await run_suite(client, inputs, runs.start(pod.namespace, parent, pod.name))
-            except BaseException:
-                await runs.abandon(pod.namespace, parent, pod.name)
-                raise
-            run["result"] = "pass" if result.passed else "fail"
-    finally:
-        await client.close()
-    running = await runs.finish(pod.namespace, parent, pod.name)
-    record_suite(pod.namespace, parent, pod.name, result)
-    decision = state.observe(result, inputs.config.failures_to_unready)
-    if decision is not None and await _write_gate(pod, decision):
-        event = kopf.info if decision[0] == "True" else kopf.warn
-        event(kopf.Body(cast(kopf.RawBody, body)), reason=decision[1], message=f"pod {pod.name}: {decision[2]}")
-    await _api(_write_report, pod.namespace, parent, pod.name, state.report(result), body, context, running)
-    return state.next_delay(result, inputs.config.recheck_seconds)
-
-
-async def _write_gate(pod: WatchedPod, decision: tuple[Literal["True", "False"], str, str]) -> bool:
-    """Write the pod's gate unless the pod as last watched says it already; the answer becomes the pod's view."""
-    stored = await _api(pods.set_gate, pod.namespace, pod.name, *decision, pod.body)
-    if stored is None:
-        return False
-    pod.update(stored)
-    return True
-
-
-def _write_report(
-    namespace: str,
-    parent: str,
-    pod: str,
-    report: dict[str, Any],
-    body: dict[str, Any],
-    context: Runtime,
-    running: dict[str, Any] | None = None,
-) -> None:
-    """Merge the pod's report into status.canary with a summary (and `running`: the run's progress entry removed),
-    then settle the summary on what is stored."""
-    reports = {**((body.get("status") or {}).get("canary") or {}).get("pods", {}), pod: report}
-    summary: dict[str, Any] = {"canary": {"pods": {pod: report}, "summary": summarize(reports)}}
-    if running is not None:
-        summary["canary"]["running"] = running
-    stored = objects.patch_glmdeployment_status(namespace, parent, summary)
-    context.observed.record(stored, "GLMDeployment")
-    settled = objects.settle_canary_summary(namespace, parent, summarize, stored)
-    if settled is not None:
-        context.observed.record(settled, "GLMDeployment")
-
-
-async def _mirror_leader(pod: WatchedPod, watched: PodView) -> None:
-    """A headless node of a StatefulSet group serves no HTTP: it is as ready as its group's leader.
-
-    The leader's gate is read from its own task's view of it (the leader is a watched serving pod too): no request
-    while nothing changes, as long as the leader's task runs."""
-    leader = pod.name.rsplit("-", 1)[0] + "-0"
-    while not pod.stopped:
-        view = watched(pod.namespace, leader)
-        try:
-            # A leader without a running task here (not yet seen, or its gate ended) is read from the API server.
-            gate = leader_gate(view) if view is not None else await _api(pods.get_gate, pod.namespace, leader)
-            if gate is not None:
-                # Through _api, as the leader's own gate: an API server restarting is waited out, not a task ended.
-                await _write_gate(pod, (gate[0], gate[1], f"group leader {leader}: {gate[2]}"))
-        except Exception as err:  # noqa: BLE001 - a refused read or write (403, 500) is tried again, never the end
-            log.warning(
-                "could not mirror leader %s for pod %s/%s: %s", leader, pod.namespace, pod.name, err_detail(err)
-            )
-        await pod.wait(5)
-
-
-def leader_gate(view: dict[str, Any] | None) -> tuple[Literal["True", "False"], str, str] | None:
-    """The canary condition a watched pod carries (status, reason, message), or None (not watched, not decided)."""
-    for c in ((view or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == CANARY_CONDITION and c.get("status") in ("True", "False"):
-            return c["status"], c.get("reason") or "", c.get("message") or ""
-    return None
-
-
-def _forget(namespace: str, parent: str, pod: str, context: Runtime) -> None:
-    """Drop a deleted pod's canary report (the GLMDeployment itself may be gone with its pods)."""
-    with contextlib.suppress(kubernetes.client.ApiException):
-        stored = objects.patch_glmdeployment_status(
-            namespace, parent, {"canary": {"pods": {pod: None}, "running": {pod: None}}}
-        )
-        context.observed.record(stored, "GLMDeployment")
