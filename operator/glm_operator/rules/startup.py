@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from glm_operator.catalog.versions import Version
 from glm_operator.catalog import vllm_facts as facts
+from glm_operator.catalog.versions import Version
 from glm_operator.catalog.vllm_facts import source_lines
 from glm_operator.rules.context import Context
 from glm_operator.rules.findings import Change, Finding
