@@ -26,6 +26,7 @@ CATALOGS = Catalogs.packaged()
 # The rules this grid exercises: every known-issue rule (a new one needs its rows here), and the feasibility checks
 # the same failures reach; a refusal for any other reason means the grid itself is wrong.
 KNOWN = {rule.id for rule in KNOWN_ISSUES} | {"feasibility/format", "feasibility/moe-layout"}
+KNOWN |= {"startup/mxfp4-oracle-experts", "startup/moe-backend-all2all"}  # the oracle's experts (mxfp4_grid)
 STOCK = {"cuda": "vllm/vllm-openai:v{}", "rocm": "vllm/vllm-openai-rocm:v{}"}
 
 
@@ -58,6 +59,29 @@ def mxfp4_grid() -> list[tuple[str, B]]:
     for moe, version in oracle:
         b = B().model("RedHatAI/GLM-5.3-MXFP4").accelerator("GB200").data(8).expert().set("spec.engine.moeBackend", moe)
         out.append((f"mxfp4-dp8-moe-{moe}-{version}-stock", _image(b, "cuda", version, False)))
+    # The experts the oracle picks, on and off their device and parallel config (startup/mxfp4-oracle-experts)
+    fits = [
+        ("b12x", "RTX-PRO-6000", "tp8", "auto", "0.30.0"),
+        ("b12x", "RTX-PRO-6000", "ep-dp8", "auto", "0.34.0"),
+        ("b12x", "GB200", "tp8", "auto", "0.32.0"),
+        ("flashinfer_moe_ep_cutedsl", "H200", "ep-dp8", "auto", "0.32.0"),
+        ("flashinfer_moe_ep_cutedsl", "B200", "tp8", "auto", "0.33.0"),
+        ("flashinfer_moe_ep_cutedsl", "GB200", "ep-dp8", "deepep_low_latency", "0.33.0"),
+        ("flashinfer_moe_ep_cutedsl", "GB200", "ep-tp8", "auto", "0.34.0"),
+        ("deep_gemm", "H200", "tp8", "auto", "0.34.0"),
+        ("deep_gemm", "RTX-PRO-6000", "tp8", "auto", "0.34.0"),
+        ("deep_gemm", "GB200", "ep-dp8", "flashinfer_nvlink_two_sided", "0.34.0"),
+        ("deep_gemm", "GB200", "ep-dp8", "deepep_high_throughput", "0.34.0"),
+    ]
+    shapes = {
+        "tp8": lambda b: b.tensor(8),
+        "ep-tp8": lambda b: b.tensor(8).expert(),
+        "ep-dp8": lambda b: b.data(8).expert(),
+    }
+    for moe, acc, shape, a2a, version in fits:
+        b = shapes[shape](B().model("RedHatAI/GLM-5.3-MXFP4").accelerator(acc)).set("spec.engine.moeBackend", moe)
+        b = _image(b.set("spec.engine.all2allBackend", a2a), "cuda", version, False)
+        out.append((f"mxfp4-oracle-{moe}-{acc}-{shape}-{a2a}-{version}", b))
     for version in ("0.30.0", "0.33.0"):
         out.append(
             (

@@ -229,3 +229,81 @@ def test_plain_nvfp4_kv_cache_is_refused_for_mla(dtype: str, refused: bool) -> N
     if refused:
         assert hit["startup/kv-nvfp4-mla"].field == "spec.engine.kvCacheDtype"
         assert "vllm/config/vllm.py:3296" in hit["startup/kv-nvfp4-mla"].message
+
+
+def mxfp4(moe: str, acc: str, version: str, all2all: str = "auto") -> B:
+    """The compressed-tensors MXFP4 checkpoint with an explicit moeBackend, on one node of `acc`."""
+    b = B().model("RedHatAI/GLM-5.3-MXFP4").accelerator(acc).vllm(version)
+    return b.set("spec.engine.moeBackend", moe).set("spec.engine.all2allBackend", all2all)
+
+
+ORACLE = "startup/mxfp4-oracle-experts"
+PARALLEL = {
+    "tp": lambda b: b.tensor(8),
+    "dp": lambda b: b.data(8),
+    "ep-tp": lambda b: b.tensor(8).expert(),
+    "ep-dp": lambda b: b.data(8).expert(),
+}
+
+
+@pytest.mark.parametrize(
+    "moe, acc, version, parallel, all2all, experts, line",
+    [
+        ("b12x", "GB200", "0.30.0", "tp", "auto", "B12xExperts", "oracle/mxfp4.py:455"),
+        ("b12x", "H200", "0.31.0", "tp", "auto", "B12xExperts", "oracle/mxfp4.py:464"),
+        ("b12x", "RTX-PRO-6000", "0.32.0", "ep-tp", "auto", "B12xExperts", "oracle/mxfp4.py:542"),
+        ("b12x", "RTX-PRO-6000", "0.34.0", "ep-dp", "auto", "B12xExperts", "oracle/base.py:236"),
+        ("flashinfer_moe_ep_cutedsl", "H200", "0.32.0", "ep-dp", "auto", "FlashInferMoeEpExperts", ":542"),
+        ("flashinfer_moe_ep_cutedsl", "RTX-PRO-6000", "0.33.0", "ep-dp", "auto", "FlashInferMoeEpExperts", ":611"),
+        ("flashinfer_moe_ep_cutedsl", "B200", "0.33.0", "tp", "auto", "FlashInferMoeEpExperts", ":611"),
+        ("flashinfer_moe_ep_mega_deep_gemm", "GB200", "0.34.0", "tp", "auto", "FlashInferMoeEpExperts", ":236"),
+        ("flashinfer_moe_ep_cutedsl", "GB200", "0.32.0", "ep-dp", "deepep_low_latency", "FlashInferMoeEpExperts", ""),
+        ("deep_gemm", "H200", "0.34.0", "ep-dp", "auto", "DeepGemmFP4Experts", "oracle/base.py:236"),
+        ("deep_gemm", "GB200", "0.34.0", "ep-dp", "flashinfer_nvlink_two_sided", "DeepGemmFP4Experts", ":236"),
+        ("deep_gemm", "B200", "0.34.0", "ep-dp", "flashinfer_nvlink_one_sided", "DeepGemmFP4Experts", ":236"),
+    ],
+)
+def test_mxfp4_oracle_experts_refused_for_the_device_or_parallel_config(
+    moe: str, acc: str, version: str, parallel: str, all2all: str, experts: str, line: str
+) -> None:
+    b = PARALLEL[parallel](mxfp4(moe, acc, version, all2all))
+    finding = errors(b.build())[ORACLE]
+    assert finding.field == "spec.engine.moeBackend" and finding.value == moe
+    assert experts in finding.message and "MXFP4 oracle" in finding.message
+    assert line in finding.message and "(vllm/model_executor/layers/fused_moe/oracle/" in finding.message
+    assert "Use moeBackend auto" in finding.message
+
+
+@pytest.mark.parametrize(
+    "moe, acc, version, parallel, all2all",
+    [
+        ("b12x", "RTX-PRO-6000", "0.30.0", "tp", "auto"),  # SM120, no expert parallelism
+        ("b12x", "RTX-PRO-6000", "0.34.0", "dp", "auto"),  # data parallel without expert parallelism
+        ("b12x", "GB200", "0.27.1", "tp", "auto"),  # before 0.30.0 the method does not read b12x
+        ("flashinfer_moe_ep_cutedsl", "GB200", "0.32.0", "ep-dp", "auto"),
+        ("flashinfer_moe_ep_cutedsl", "B300", "0.34.0", "ep-tp", "auto"),
+        ("flashinfer_moe_ep_cutedsl", "H200", "0.31.0", "tp", "auto"),  # not read before 0.32.0
+        ("deep_gemm", "GB200", "0.34.0", "ep-dp", "auto"),
+        ("deep_gemm", "RTX-PRO-6000", "0.34.0", "tp", "auto"),
+        ("deep_gemm", "B200", "0.34.0", "ep-dp", "deepep_high_throughput"),
+        ("deep_gemm", "H200", "0.33.0", "tp", "auto"),  # not read before 0.34.0: Cutlass or Marlin, unchecked
+        ("marlin", "H200", "0.34.0", "tp", "auto"),
+        ("auto", "GB200", "0.34.0", "tp", "auto"),
+    ],
+)
+def test_mxfp4_oracle_experts_clean_where_they_may_run(
+    moe: str, acc: str, version: str, parallel: str, all2all: str
+) -> None:
+    b = PARALLEL[parallel](mxfp4(moe, acc, version, all2all))
+    assert ORACLE not in errors(b.build())
+
+
+def test_mxfp4_oracle_experts_only_for_the_compressed_tensors_mxfp4_checkpoint() -> None:
+    for model in ("zai-org/GLM-5.3", "zai-org/GLM-5.2-FP8"):
+        b = B().model(model).accelerator("H200").tensor(8).vllm("0.34.0").set("spec.engine.moeBackend", "b12x")
+        assert ORACLE not in errors(b.build())
+
+
+def test_mxfp4_oracle_experts_not_on_rocm() -> None:
+    b = B().model("RedHatAI/GLM-5.3-MXFP4").accelerator("MI355X").tensor(8).vllm("0.34.0")
+    assert ORACLE not in errors(b.set("spec.engine.moeBackend", "b12x").build())

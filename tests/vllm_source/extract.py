@@ -770,6 +770,25 @@ def kv_nvfp4_mla_line(src: Source) -> tuple[int, ...]:
     return (_raise_saying(src, ("config/vllm.py",), "nvfp4 KV cache is not supported with MLA")[1],)
 
 
+MXFP4_ORACLE = "model_executor/layers/fused_moe/oracle/mxfp4.py"
+ORACLE_BASE = "model_executor/layers/fused_moe/oracle/base.py"
+
+
+def mxfp4_oracle_experts_line(src: Source) -> tuple[int, ...]:
+    """The MXFP4 oracle's refusal of a backend none of whose experts classes supports the deployment: the `raise`
+    in oracle/mxfp4.py `_return_or_raise`, from 0.34.0 in oracle/base.py `MoEKernelOracle.return_or_raise`; none
+    where the compressed-tensors MXFP4 method hands no --moe-backend to the oracle."""
+    if not ct_mxfp4_moe_backends_read(src)[0]:
+        return ()
+    if (src.root / ORACLE_BASE).is_file() and "def return_or_raise" in (src.root / ORACLE_BASE).read_text():
+        rel, func = ORACLE_BASE, src.method(ORACLE_BASE, "MoEKernelOracle", "return_or_raise")
+    else:
+        rel, func = MXFP4_ORACLE, src.function(MXFP4_ORACLE, "_return_or_raise")
+    lines = (src.root / rel).read_text().splitlines()
+    span = range(func.lineno, (func.end_lineno or func.lineno) + 1)
+    return (_one_line(lines, span, "refusing unsupported experts", "raise ValueError(", "make_log_unsupported("),)
+
+
 JSON_CONFIG_FLAGS = ("--kernel-config", "--attention-config", "--speculative-config")
 
 
@@ -838,4 +857,5 @@ LINE_READERS: dict[str, Callable[[Source], tuple[int, ...]]] = {
     "speculative-draft": speculative_draft_line,
     "moonep-quantized": moonep_quantized_line,
     "kv-nvfp4-mla": kv_nvfp4_mla_line,
+    "mxfp4-oracle-experts": mxfp4_oracle_experts_line,
 }

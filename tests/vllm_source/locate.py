@@ -40,7 +40,9 @@ LINES_HEADER = (
     "# speculative-tokens: config/speculative.py refusing a config without a draft count; speculative-draft: the\n"
     "# refusal of a draft count without a draft checkpoint (config/speculative.py; from 0.34.0\n"
     "# v1/worker/gpu/spec_decode/speculator_config.py); moonep-quantized / kv-nvfp4-mla: the refusals in\n"
-    "# config/vllm.py of moonep with a quantized model / of an nvfp4 KV cache for MLA.\n"
+    "# config/vllm.py of moonep with a quantized model / of an nvfp4 KV cache for MLA; mxfp4-oracle-experts: the\n"
+    "# MXFP4 oracle refusing the experts it picks (model_executor/layers/fused_moe/oracle/mxfp4.py _return_or_raise;\n"
+    "# from 0.34.0 oracle/base.py MoEKernelOracle.return_or_raise), [] where compressed-tensors MXFP4 has no oracle.\n"
 )
 
 Reader = Callable[[Source], tuple[Any, str]]

@@ -27,9 +27,11 @@ from glm_operator.rules.startup import (
     KV_NVFP4_MLA,
     MODEL_RESTRICTED_MOE,
     MOONEP_QUANTIZED,
+    MXFP4_ORACLE_EXPERTS,
     SELF_DISPATCHING_MOE,
     SPECULATIVE_DRAFT,
     SPECULATIVE_TOKENS,
+    mxfp4_oracle_file,
     speculative_draft_file,
 )
 from tests.support.builders import GLMDeploymentBuilder as B
@@ -257,3 +259,66 @@ def test_nvfp4_kv_refusal_is_where_vllm_refuses_it_for_mla_and_glm5_is_mla(versi
     convertor = (source(version).root / "transformers_utils/model_arch_config_convertor.py").read_text()
     mla = convertor[convertor.index("def is_deepseek_mla") :][:3000]
     assert '"glm_moe_dsa"' in mla, f"vLLM {version} no longer treats GLM-5.x (glm_moe_dsa) as MLA"
+
+
+FUSED_MOE = "model_executor/layers/fused_moe"
+# Each experts class the rule mirrors: (file, class, markers its _supports_current_device must hold, markers its
+# _supports_parallel_config must hold): the device and parallel conditions startup/mxfp4-oracle-experts refuses on.
+ORACLE_EXPERTS = {
+    "b12x": ("b12x.py", "B12xExperts", ("is_device_capability_family(120)",), ("not moe_parallel_config.use_ep",)),
+    "flashinfer_moe_ep": (
+        "experts/flashinfer_moe_ep.py",
+        "FlashInferMoeEpExperts",
+        ("supports_current_device()",),
+        ("moe_parallel_config.use_ep",),
+    ),
+    "deep_gemm": (
+        "experts/deep_gemm_moe.py",
+        "DeepGemmFP4Experts",
+        ("is_device_capability_family(100)", "is_device_capability_family(120)"),
+        ("use_fi_nvl_two_sided_kernels", "use_fi_nvl_one_sided_kernels"),
+    ),
+}
+
+
+def _experts_for(names: Iterable[str]) -> set[str]:
+    return {"flashinfer_moe_ep" if n.startswith("flashinfer_moe_ep") else n for n in names}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_mxfp4_oracle_refusal_is_where_the_oracle_raises(version: str) -> None:
+    v = Version.parse(version)
+    found = _located(MXFP4_ORACLE_EXPERTS.cites, version)
+    read = facts.CT_MXFP4_MOE_BACKENDS_READ.at(v)
+    assert bool(found) == bool(read), f"vLLM {version}: backends read {sorted(read)}, refusal located {found}"
+    if not found:
+        return
+    window = _window(version, mxfp4_oracle_file(v), found[0], 20)
+    assert "raise ValueError(" in window.splitlines()[-1] and "make_log_unsupported(" in window.splitlines()[-1]
+    assert "def _return_or_raise(" in window or "def return_or_raise(" in window
+    oracle = (source(version).root / FUSED_MOE / "oracle/mxfp4.py").read_text()
+    select = oracle[oracle.index("def select_mxfp4_moe_backend(") :]
+    select = select[: select.index("\ndef ")]
+    assert 'runner_backend != "auto"' in select and "return_or_raise(" in select, version
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_mxfp4_oracle_experts_still_check_what_the_rule_mirrors(version: str) -> None:
+    v = Version.parse(version)
+    root = source(version).root
+    oracle = (root / FUSED_MOE / "oracle/mxfp4.py").read_text()
+    for name in _experts_for(facts.CT_MXFP4_MOE_BACKENDS_READ.at(v)):
+        rel, cls, device, parallel = ORACLE_EXPERTS[name]
+        assert f"import {cls}" in oracle or f"{cls}," in oracle, f"vLLM {version}: the oracle no longer maps to {cls}"
+        src = source(version)
+        text = (root / FUSED_MOE / rel).read_text()
+        for method, markers in (("_supports_current_device", device), ("_supports_parallel_config", parallel)):
+            body = ast.get_source_segment(text, src.method(f"{FUSED_MOE}/{rel}", cls, method)) or ""
+            for marker in markers:
+                assert marker in body, f"vLLM {version}: {cls}.{method} no longer has {marker!r}"
+        if name == "flashinfer_moe_ep":
+            helper = (root / FUSED_MOE / "flashinfer_moe_ep.py").read_text()
+            assert "_SUPPORTED_CAPABILITIES = frozenset({(10, 0), (10, 3)})" in helper, version
+    if "b12x" in facts.CT_MXFP4_MOE_BACKENDS_READ.at(v):
+        mapping = oracle[oracle.index("def backend_to_kernel_cls") :][:600]
+        assert "if backend in B12X_BACKENDS:" in mapping and "return [B12xExperts]" in mapping, version

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from glm_operator.catalog import vllm_facts as facts
 from glm_operator.catalog.versions import Version
 from glm_operator.catalog.vllm_facts import source_lines
 from glm_operator.rules.context import Context
@@ -35,6 +36,7 @@ SPECULATIVE_TOKENS = StartupRefusal("startup/speculative-tokens", "speculative-t
 SPECULATIVE_DRAFT = StartupRefusal("startup/speculative-draft", "speculative-draft")
 MOONEP_QUANTIZED = StartupRefusal("startup/moonep-quantized", "moonep-quantized")
 KV_NVFP4_MLA = StartupRefusal("startup/kv-nvfp4-mla", "kv-nvfp4-mla")
+MXFP4_ORACLE_EXPERTS = StartupRefusal("startup/mxfp4-oracle-experts", "mxfp4-oracle-experts")
 STARTUP_REFUSALS = (
     PP_PARTITION,
     MOE_BACKEND_MODEL,
@@ -44,6 +46,7 @@ STARTUP_REFUSALS = (
     SPECULATIVE_DRAFT,
     MOONEP_QUANTIZED,
     KV_NVFP4_MLA,
+    MXFP4_ORACLE_EXPERTS,
 )
 
 # vllm/distributed/utils.py, get_pp_indices: (def line, int() parse refusal, entry-count refusal, sum refusal),
@@ -368,6 +371,91 @@ def kv_cache_fits_mla(ctx: Context) -> list[Finding]:
     ]
 
 
+MXFP4_W4A4 = "compressed-tensors-mxfp4-w4a4"
+# The FlashInfer NVLink all-to-all layouts DeepGemmFP4Experts._supports_parallel_config refuses
+# (use_fi_nvl_two_sided_kernels / use_fi_nvl_one_sided_kernels; flashinfer_all2allv is the two-sided alias).
+FI_NVLINK_ALL2ALL = frozenset({"flashinfer_nvlink_two_sided", "flashinfer_all2allv", "flashinfer_nvlink_one_sided"})
+# Where the oracle raises when no candidate experts class supports the deployment: `_return_or_raise` in
+# fused_moe/oracle/mxfp4.py, from 0.34.0 `MoEKernelOracle.return_or_raise` in fused_moe/oracle/base.py.
+MXFP4_ORACLE_FILES = (
+    ("0.26.0", "model_executor/layers/fused_moe/oracle/mxfp4.py"),
+    ("0.34.0", "model_executor/layers/fused_moe/oracle/base.py"),
+)
+
+
+def mxfp4_oracle_file(version: Version | None) -> str:
+    """The file holding the MXFP4 oracle's refusal in `version` (the newest file for an unknown version)."""
+    found = MXFP4_ORACLE_FILES[0][1]
+    for first, rel in MXFP4_ORACLE_FILES:
+        if version is None or version >= Version.parse(first):
+            found = rel
+    return found
+
+
+def _oracle_experts_refusal(ctx: Context, backend: str) -> tuple[str, str] | None:
+    """(experts class, what it does not support) where the one experts class the oracle tries for `backend`
+    refuses this device or parallel config for certain; None where it may run."""
+    p = ctx.spec.parallelism
+    family = ctx.accelerator.arch_family
+    use_ep = facts.expert_parallel_active(p.tensor, p.data, p.expert)
+    kernels = facts.all2all_kernels_built(p.tensor, p.data, p.expert)
+    all2all = facts.effective_all2all(ctx.spec.engine.all2all_backend, ctx.version) if kernels else ""
+    if backend == "b12x":  # both b12x variants (MXFP8 and BF16 activations) map to B12xExperts alone
+        if family != "sm120":
+            return "B12xExperts", f"the {ctx.accelerator.name} ({family}): it needs the SM120 family"
+        if use_ep:
+            return "B12xExperts", "expert parallelism: it runs with ep_size 1 only"
+        return None
+    if backend == "deep_gemm":
+        if family not in ("sm100", "sm120"):
+            return "DeepGemmFP4Experts", f"the {ctx.accelerator.name} ({family}): it needs SM100 or SM120"
+        if all2all in FI_NVLINK_ALL2ALL:
+            return "DeepGemmFP4Experts", f"the FlashInfer NVLink all-to-all layout ({all2all})"
+        return None
+    if family != "sm100":  # the flashinfer_moe_ep_* backends: FlashInferMoeEpExperts
+        return "FlashInferMoeEpExperts", f"the {ctx.accelerator.name} ({family}): it needs capability 10.0 or 10.3"
+    if not use_ep:
+        return "FlashInferMoeEpExperts", "a deployment without expert parallelism"
+    if all2all in facts.MOE_BATCHED_ALL2ALL.at(ctx.version) | facts.MOE_PADDED_ALL2ALL.at(ctx.version):
+        return "FlashInferMoeEpExperts", f"the batched or padded activation format of {all2all}"
+    return None
+
+
+def mxfp4_oracle_experts(ctx: Context) -> list[Finding]:
+    """For a compressed-tensors MXFP4 checkpoint on CUDA, no --moe-backend whose experts the MXFP4 oracle picks
+    and then refuses for the device or the parallel config (`select_mxfp4_moe_backend` -> `_return_or_raise`)."""
+    backend = ctx.spec.engine.moe_backend.lower().replace("-", "_")
+    if (
+        ctx.model is None
+        or ctx.model.model.format != MXFP4_W4A4
+        or ctx.platform != "cuda"
+        or not facts.ct_mxfp4_oracle_picks(backend, ctx.version)
+    ):
+        return []
+    refused = _oracle_experts_refusal(ctx, backend)
+    if refused is None:
+        return []
+    experts, why = refused
+    return [
+        Finding(
+            rule=MXFP4_ORACLE_EXPERTS.id,
+            severity="error",
+            field="spec.engine.moeBackend",
+            value=ctx.spec.engine.moe_backend,
+            problem=(
+                f"vLLM {ctx.version} hands it to its MXFP4 oracle for {ctx.model.model.name}, which picks {experts} "
+                f"and refuses to build the model, since they do not support {why}"
+                f"{_cite(MXFP4_ORACLE_EXPERTS, ctx, mxfp4_oracle_file(ctx.version))}"
+            ),
+            fix=(
+                "Use moeBackend auto (vLLM's own choice for this checkpoint), or the backend for this accelerator "
+                "and parallelism: b12x on SM120 without expert parallelism, flashinfer_moe_ep_* on SM100 with "
+                "expert parallelism, deep_gemm on SM100 or SM120 without a FlashInfer NVLink all-to-all"
+            ),
+        )
+    ]
+
+
 STARTUP_CHECKS = (
     pp_partition_valid,
     moe_backend_fits_model,
@@ -375,4 +463,5 @@ STARTUP_CHECKS = (
     speculative_renderable,
     moonep_unquantized,
     kv_cache_fits_mla,
+    mxfp4_oracle_experts,
 )

@@ -215,8 +215,8 @@ def mxfp4_oracle_experts(r: Resolved) -> Outcome | None:
     """The W4A4 MXFP4 experts the oracle picks for an explicit --moe-backend, and the two checks of their
     is_supported_config a launch here varies: the device (B12xExperts: SM120 family; FlashInferMoeEpExperts: capability
     10.0 or 10.3; DeepGemmFP4Experts: SM100 or SM120) and the parallel config (B12xExperts: ep_size 1;
-    FlashInferMoeEpExperts: expert parallelism, no batched layout; DeepGemmFP4Experts: no FlashInfer NVLink layout).
-    The quantization scheme, activation and shape checks are not modelled."""
+    FlashInferMoeEpExperts: expert parallelism, no batched or padded layout; DeepGemmFP4Experts: no FlashInfer NVLink
+    layout). The quantization scheme, activation and shape checks are not modelled."""
     if not (
         r.model and r.model.format == MXFP4_W4A4 and r.gpu and r.gpu.platform == "cuda" and oracle_picks_experts(r)
     ):
@@ -227,7 +227,8 @@ def mxfp4_oracle_experts(r: Resolved) -> Outcome | None:
     elif backend == "deep_gemm":
         device, parallel = family in ("sm100", "sm120"), layout not in ("fi-two-sided", "fi-one-sided")
     else:
-        device, parallel = family == "sm100", r.use_ep and layout != "batched"
+        # 0.34.0 checks only use_ep there, but refuses the batched and padded formats as not `Standard`
+        device, parallel = family == "sm100", r.use_ep and layout not in ("batched", "padded")
     if device and parallel:
         return SERVES
     why = "current device" if not device else "parallel config"
