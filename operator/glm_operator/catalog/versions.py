@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache, total_ordering
+from typing import TypeVar
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[.+-]?([A-Za-z0-9.+-]*))?$")
 
@@ -54,3 +55,16 @@ def _parse(text: str) -> Version:
     if not match:
         raise ValueError(f"not a vLLM version: {text!r} (expected MAJOR.MINOR.PATCH, e.g. 0.30.0)")
     return Version(int(match[1]), int(match[2]), int(match[3]), match[4] or "")
+
+
+T = TypeVar("T")
+
+
+def newest_at(since: tuple[tuple[str, T], ...], version: Version | None) -> T:
+    """The value of the newest (first version, value) entry starting at or before `version`: the oldest entry's for
+    older versions, the newest entry's for an unknown version (None). `since` is ordered oldest first."""
+    value = since[0][1]
+    for first, candidate in since:
+        if version is None or version >= Version.parse(first):
+            value = candidate
+    return value

@@ -18,7 +18,7 @@ from typing import Generic, TypeVar
 
 import yaml
 
-from glm_operator.catalog.versions import Version
+from glm_operator.catalog.versions import Version, newest_at
 
 LOCATIONS_FILE = "vllm-fact-locations.yaml"
 
@@ -59,11 +59,7 @@ class Fact(Generic[T]):
     def at(self, version: Version | None) -> T:
         """The value in `version`: the newest range starting at or before it (the oldest for older versions,
         the newest for an unknown version)."""
-        value = self.since[0][1]
-        for first, candidate in self.since:
-            if version is None or version >= Version.parse(first):
-                value = candidate
-        return value
+        return newest_at(self.since, version)
 
 
 def _with(base: frozenset[str], *added: str, removed: tuple[str, ...] = ()) -> frozenset[str]:

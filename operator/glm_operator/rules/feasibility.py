@@ -291,6 +291,21 @@ def weights_fit(ctx: Context) -> list[Finding]:
     ]
 
 
+def _unknown_backend(ctx: Context, field: str, value: str, fix: str) -> Finding:
+    return _f("backend", "error", field, value, f"not a value vLLM {ctx.version or ''} accepts".replace("  ", " "), fix)
+
+
+def _backend_off_platform(ctx: Context, field: str, value: str, needs: str) -> Finding:
+    return _f(
+        "backend",
+        "error",
+        field,
+        value,
+        f"runs only on {needs.upper()}, and {ctx.accelerator.name} is {ctx.platform.upper()}",
+        "Use auto or a backend of this platform",
+    )
+
+
 def backends_valid(ctx: Context) -> list[Finding]:
     """MoE, all-to-all, attention backends and KV cache dtype exist in the vLLM version and run on the platform."""
     engine, out = ctx.spec.engine, []
@@ -306,51 +321,15 @@ def backends_valid(ctx: Context) -> list[Finding]:
     ]
     for field, value, valid, platform_of in checks:
         if value != "auto" and value not in valid:
-            out.append(
-                _f(
-                    "backend",
-                    "error",
-                    field,
-                    value,
-                    f"not a value vLLM {ctx.version or ''} accepts".replace("  ", " "),
-                    f"Use one of: {', '.join(sorted(valid))}",
-                )
-            )
+            out.append(_unknown_backend(ctx, field, value, f"Use one of: {', '.join(sorted(valid))}"))
         elif (needs := platform_of(value)) and needs != ctx.platform:
-            out.append(
-                _f(
-                    "backend",
-                    "error",
-                    field,
-                    value,
-                    f"runs only on {needs.upper()}, and {ctx.accelerator.name} is {ctx.platform.upper()}",
-                    "Use auto or a backend of this platform",
-                )
-            )
-    attention = engine.attention_backend
+            out.append(_backend_off_platform(ctx, field, value, needs))
+    attention, field = engine.attention_backend, "spec.engine.attentionBackend"
     known = attention_backends(ctx.version)
     if attention.lower() != "auto" and attention.upper() not in known:
-        out.append(
-            _f(
-                "backend",
-                "error",
-                "spec.engine.attentionBackend",
-                attention,
-                f"not a value vLLM {ctx.version or ''} accepts".replace("  ", " "),
-                f"Use auto or one of: {', '.join(sorted(known))}",
-            )
-        )
+        out.append(_unknown_backend(ctx, field, attention, f"Use auto or one of: {', '.join(sorted(known))}"))
     elif attention.lower() != "auto" and (needs := platform_of_attention(attention)) and needs != ctx.platform:
-        out.append(
-            _f(
-                "backend",
-                "error",
-                "spec.engine.attentionBackend",
-                attention,
-                f"runs only on {needs.upper()}, and {ctx.accelerator.name} is {ctx.platform.upper()}",
-                "Use auto or a backend of this platform",
-            )
-        )
+        out.append(_backend_off_platform(ctx, field, attention, needs))
     return out
 
 

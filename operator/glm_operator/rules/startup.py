@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 
 from glm_operator.catalog import vllm_facts as facts
-from glm_operator.catalog.versions import Version
+from glm_operator.catalog.versions import Version, newest_at
 from glm_operator.catalog.vllm_facts import source_lines
 from glm_operator.rules.context import Context
 from glm_operator.rules.findings import Change, Finding
@@ -271,11 +271,7 @@ SPECULATIVE_DRAFT_FILES = (
 
 def speculative_draft_file(version: Version | None) -> str:
     """The file holding the draft-checkpoint refusal in `version` (the newest file for an unknown version)."""
-    found = SPECULATIVE_DRAFT_FILES[0][1]
-    for first, rel in SPECULATIVE_DRAFT_FILES:
-        if version is None or version >= Version.parse(first):
-            found = rel
-    return found
+    return newest_at(SPECULATIVE_DRAFT_FILES, version)
 
 
 def speculative_renderable(ctx: Context) -> list[Finding]:
@@ -385,11 +381,7 @@ MXFP4_ORACLE_FILES = (
 
 def mxfp4_oracle_file(version: Version | None) -> str:
     """The file holding the MXFP4 oracle's refusal in `version` (the newest file for an unknown version)."""
-    found = MXFP4_ORACLE_FILES[0][1]
-    for first, rel in MXFP4_ORACLE_FILES:
-        if version is None or version >= Version.parse(first):
-            found = rel
-    return found
+    return newest_at(MXFP4_ORACLE_FILES, version)
 
 
 def _oracle_experts_refusal(ctx: Context, backend: str) -> tuple[str, str] | None:
