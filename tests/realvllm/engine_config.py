@@ -9,8 +9,7 @@ directory holding a GLM-5.x-shaped `config.json` (no weights, no tokenizer), wri
 
 Request: {"tokenizer": a directory with tokenizer.json and tokenizer_config.json (the reasoning and tool parsers
 load the tokenizer), "models": {name: {config overrides}}, "commands": [{"model": name, "argv": [...]}]}.
-Answer: one entry per command: {"refused": false} or {"refused": true, "error": ..., "frames": [vllm-relative
-"path:line" of the traceback, innermost last]}.
+Answer: one entry per command: {"refused": false} or {"refused": true, "error": ...}.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import json
 import shutil
 import sys
 import tempfile
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -51,28 +49,18 @@ def write_model(root: Path, name: str, overrides: dict[str, Any], tokenizer: Pat
     return directory
 
 
-def _frames(err: BaseException) -> list[str]:
-    out = []
-    for frame in traceback.extract_tb(err.__traceback__):
-        marker = "/vllm/"
-        if marker in frame.filename:
-            out.append(f"vllm/{frame.filename.rsplit(marker, 1)[1]}:{frame.lineno}")
-    return out
-
-
-def verdict(argv: list[str]) -> dict[str, Any]:
-    parser = make_arg_parser(FlexibleArgumentParser())
+def verdict(parser: FlexibleArgumentParser, argv: list[str]) -> dict[str, Any]:
     try:
         with contextlib.redirect_stderr(io.StringIO()):
             args = parser.parse_args(argv)
     except SystemExit:
-        return {"refused": True, "error": "argument parsing", "frames": []}
+        return {"refused": True, "error": "argument parsing"}
     try:
         validate_parsed_serve_args(args)
         AsyncEngineArgs.from_cli_args(args).create_engine_config()
     except Exception as err:  # noqa: BLE001 - any refusal while starting is the answer
         message = " ".join(f"{type(err).__name__}: {err}".split())
-        return {"refused": True, "error": message[:400], "frames": _frames(err)}
+        return {"refused": True, "error": message[:400]}
     return {"refused": False}
 
 
@@ -81,10 +69,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer = Path(request["tokenizer"])
         dirs = {name: str(write_model(Path(tmp), name, o, tokenizer)) for name, o in request["models"].items()}
+        parser = make_arg_parser(FlexibleArgumentParser())  # built once: parsing leaves it unchanged
         answers = []
         for command in request["commands"]:
             argv = [a if a != "<model>" else dirs[command["model"]] for a in command["argv"]]
-            answers.append(verdict(argv))
+            answers.append(verdict(parser, argv))
     print(json.dumps(answers))
 
 
