@@ -8,6 +8,9 @@ create per namespace in turn, so the three are measured side by side under the s
   rank; a pipeline stage starting on a top-k reuse layer, from the vLLM default split or an explicit
   VLLM_PP_LAYER_PARTITION; a parallel size the accelerator's node cannot hold under Reject). The reuse
   layers and the default splits are generated from glmops' own catalog and partition code.
+- `noop`: a mutating and a validating webhook that answer "allowed" at once (`bench/noop_webhook`, Go standard
+  library, TLS like the operator's): the floor of what two webhook calls cost the API server on this machine,
+  whatever answers them.
 - `webhook`: glmops' mutating and validating webhooks, served by the operator (`kopf run`).
 The operator's managed webhook configurations and the policy binding are scoped to their namespace by a
 namespaceSelector; each namespace's scoping is checked before and after (a refused object must be refused by
@@ -25,10 +28,13 @@ Run: `.venv/bin/python bench/admission.py [api|engine|all] [--creates 1000]`. Pr
 from __future__ import annotations
 
 import argparse
+import base64
 import copy
 import itertools
 import json
+import os
 import random
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,15 +42,17 @@ from typing import Any
 
 import requests
 import yaml
-from bench.harness import GROUP_PATH, METRICS_PORT, REPO, Cluster, Operator, emit, log, percentile
+from bench.harness import GROUP_PATH, METRICS_PORT, REPO, Cluster, Operator, emit, log, percentile, proc_usage
 
 from glm_operator.rules.context import Catalogs
 from glm_operator.rules.engine import admit
 from glm_operator.rules.partition import stage_starts, vllm_default_split
 
-MODES = ("none", "cel", "webhook")
+MODES = ("none", "cel", "noop", "webhook")
 LABEL = "bench.glmops.dev/admission"
 POLICY = "glmops-bench-cel"
+NOOP = "glmops-bench-noop"
+NOOP_PORT = os.environ.get("GLMOPS_BENCH_NOOP_PORT", "19743")
 PP_ENV = "VLLM_PP_LAYER_PARTITION"
 MAX_PP = 64
 
@@ -225,6 +233,43 @@ def scope_webhooks(cluster: Cluster) -> None:
         cluster.kubectl("patch", kind, "glmops.dev", "--type=json", "-p", json.dumps(ops))
 
 
+def noop_configurations(ca: bytes) -> list[dict[str, Any]]:
+    """A mutating and a validating configuration sending the `noop` namespace's creates to the no-op server."""
+    rule = {
+        "apiGroups": ["glmops.dev"],
+        "apiVersions": ["v1alpha1"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["glmdeployments"],
+    }
+    configs = []
+    for kind, path in (("MutatingWebhookConfiguration", "mutate"), ("ValidatingWebhookConfiguration", "validate")):
+        hook = {
+            "name": f"noop-{path}.glmops.dev",
+            "clientConfig": {"url": f"https://127.0.0.1:{NOOP_PORT}/{path}", "caBundle": base64.b64encode(ca).decode()},
+            "rules": [rule],
+            "namespaceSelector": {"matchLabels": {LABEL: "noop"}},
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 10,
+        }
+        configs.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": {"name": NOOP}})
+        configs[-1]["webhooks"] = [hook]
+    return configs
+
+
+def start_noop(cluster: Cluster) -> subprocess.Popen[bytes]:
+    """The no-op webhook server, built from bench/noop_webhook with the machine's Go, on the operator's certificate."""
+    binary = REPO / ".bench-artifacts" / "noopwebhook"
+    subprocess.run(["go", "build", "-o", str(binary), "."], cwd=REPO / "bench" / "noop_webhook", check=True)
+    certs = cluster.state / "certs"
+    argv = [str(binary), "-addr", f"127.0.0.1:{NOOP_PORT}", "-cert", str(certs / "webhook.crt")]
+    log_file = open(REPO / ".bench-artifacts" / "noopwebhook.log", "wb")  # noqa: SIM115 (owned by the process)
+    proc = subprocess.Popen([*argv, "-key", str(certs / "webhook.key")], stdout=log_file, stderr=subprocess.STDOUT)
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(noop_configurations((certs / "ca.crt").read_bytes())))
+    return proc
+
+
 REFUSED = {
     "apiVersion": "glmops.dev/v1alpha1",
     "kind": "GLMDeployment",
@@ -299,16 +344,22 @@ def bench_api(creates: int, warmup: int) -> dict[str, Any]:
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(cel_policy()))
     operator = Operator(cluster, REPO / ".bench-artifacts" / "admission-operator.log")
     operator.start()
+    noop = start_noop(cluster)
     try:
         wait_for_webhooks(cluster, operator)
         scope_webhooks(cluster)
         time.sleep(2)  # the API server's webhook and policy caches pick the changes up
         before = check_scoping(cluster)
         log(f"refused by, per namespace, before: {before}")
-        assert before == {"none": "", "cel": "cel", "webhook": "webhook"}, before
+        assert before == {"none": "", "cel": "cel", "noop": "", "webhook": "webhook"}, before
         run_creates(cluster, warmup)
         calls_before = webhook_calls(cluster)
+        cpu_before = {"webhook": proc_usage(operator.pid)[1], "noop": proc_usage(noop.pid)[1]}
         times = run_creates(cluster, creates)
+        cpu_ms = {
+            m: round(1000 * (proc_usage(pid)[1] - cpu_before[m]) / creates, 3)
+            for m, pid in (("webhook", operator.pid), ("noop", noop.pid))
+        }
         calls = {
             k: (v[0] - calls_before.get(k, (0.0, 0.0))[0], v[1] - calls_before.get(k, (0.0, 0.0))[1])
             for k, v in webhook_calls(cluster).items()
@@ -317,12 +368,18 @@ def bench_api(creates: int, warmup: int) -> dict[str, Any]:
         assert after == before, f"scoping changed during the run: {after}"
     finally:
         operator.stop()
+        noop.terminate()
+        noop.wait(timeout=30)
         cluster.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", POLICY, check=False)
+        cluster.kubectl("delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", NOOP, check=False)
+    for path in ("mutate", "validate"):  # the no-op webhooks were called for every create of their namespace
+        _, count = calls.get(f"api server round trip, noop-{path}", (0.0, 0.0))
+        assert count == creates, f"the no-op {path} webhook was called {count} times for {creates} creates"
     stats = {
         m: {"creates": len(t), "p50_ms": round(percentile(t, 50), 3), "p99_ms": round(percentile(t, 99), 3)}
         for m, t in times.items()
     }
-    for m in ("cel", "webhook"):
+    for m in ("cel", "noop", "webhook"):
         stats[m]["added_p50_ms"] = round(stats[m]["p50_ms"] - stats["none"]["p50_ms"], 3)
         stats[m]["added_p99_ms"] = round(stats[m]["p99_ms"] - stats["none"]["p99_ms"], 3)
     ratio = stats["webhook"]["p99_ms"] / stats["cel"]["p99_ms"]
@@ -336,6 +393,8 @@ def bench_api(creates: int, warmup: int) -> dict[str, Any]:
         "added_p99_webhook_over_cel": round(
             stats["webhook"]["added_p99_ms"] / max(stats["cel"]["added_p99_ms"], 1e-3), 3
         ),
+        "webhook_added_p50_over_noop_ms": round(added_p50 - stats["noop"]["added_p50_ms"], 3),
+        "server_cpu_ms_per_create": cpu_ms,
         "mean_ms_per_call": {k: round(1000 * total / count, 3) for k, (total, count) in sorted(calls.items()) if count},
         "target": "the webhooks' added p50 within 5 ms, their p99 within 2x the CEL policy's",
         "met": added_p50 <= 5.0 and ratio <= 2.0,

@@ -1,0 +1,3 @@
+module glmops.dev/bench/noopwebhook
+
+go 1.26
