@@ -32,6 +32,12 @@ venv: system-deps $(VENV_STAMP)
 tools: system-deps
 	@cluster/build.sh >/dev/null
 
+# BuildKit (buildkitd, buildctl) and the distribution registry from their Go modules, for the real image-build test
+# (tests/integration/test_buildkit_build.py); the demo does not need them. About 4 min cold, nothing warm.
+.PHONY: image-tools
+image-tools: system-deps
+	@cluster/build-image-tools.sh >/dev/null
+
 # The local cluster's real node (cluster/node.sh): containerd, runc, the CNI plugins, iptables, conntrack.
 .PHONY: node-deps
 node-deps:
@@ -55,7 +61,7 @@ vllm-sources: venv
 	@PYTHON=$(PY) hack/vllm-sources.sh >/dev/null
 
 .PHONY: test
-test: venv tools node-deps check vllm-sources images
+test: venv tools image-tools node-deps check vllm-sources images
 	@GLMOPS_REQUIRE_VLLM_SRC=1 .venv/bin/pytest -p no:cacheprovider $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory images-test
 	@$(MAKE) --no-print-directory plugin-test

@@ -14,6 +14,11 @@ bin_dir() {
   echo "$(cache_root)/bin/k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
 }
 
+# BuildKit and the registry (cluster/build-image-tools.sh), keyed by their own pins only.
+image_tools_dir() {
+  echo "$(cache_root)/bin/buildkit-${BUILDKIT_VERSION}_registry-${REGISTRY_VERSION}"
+}
+
 require_go() {
   command -v go >/dev/null 2>&1 \
     || die "Go is not installed or not on PATH; install Go >= $GO_MIN_VERSION (https://go.dev/doc/install) and re-run"

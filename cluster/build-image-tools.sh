@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds what the image-build tests run for real: BuildKit's daemon and client (buildkitd, buildctl) from the wrapper
+# module cluster/tools/buildkit, and the distribution project's registry, at the pins in versions.env, into a cache
+# directory outside git; reuses what is already there. Not part of the control plane (cluster/build.sh): the demo
+# never needs them.
+# Usage: cluster/build-image-tools.sh   (prints the bin directory on its last line)
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=cluster/lib.sh
+source "$here/lib.sh"
+
+require_go
+grep -q "github.com/moby/buildkit $BUILDKIT_VERSION\$" "$here/tools/buildkit/go.mod" \
+  || die "cluster/tools/buildkit/go.mod does not require github.com/moby/buildkit $BUILDKIT_VERSION (versions.env); update both"
+bin="$(image_tools_dir)"
+mkdir -p "$bin"
+start=$(date +%s)
+built=()
+
+if [[ ! -x "$bin/buildkitd" || ! -x "$bin/buildctl" ]]; then
+  log "building buildkitd and buildctl (github.com/moby/buildkit @ $BUILDKIT_VERSION)"
+  tmp="$(mktemp -d)"
+  (cd "$here/tools/buildkit" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/" \
+    github.com/moby/buildkit/cmd/buildkitd github.com/moby/buildkit/cmd/buildctl) \
+    || { rm -rf "$tmp"; die "go build of buildkitd and buildctl failed; see the compiler output above"; }
+  mv "$tmp/buildkitd" "$tmp/buildctl" "$bin/"; rm -rf "$tmp"
+  built+=(buildkitd buildctl)
+fi
+if [[ ! -x "$bin/registry" ]]; then
+  log "building registry (github.com/distribution/distribution/v3/cmd/registry @ $REGISTRY_VERSION)"
+  tmp="$(mktemp -d)"
+  CGO_ENABLED=0 GOBIN="$tmp" go install -trimpath -ldflags "-s -w" \
+    "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION" \
+    || { rm -rf "$tmp"; die "go install of the registry failed; see the compiler output above"; }
+  mv "$tmp/registry" "$bin/registry"; rm -rf "$tmp"
+  built+=(registry)
+fi
+
+if ((${#built[@]})); then
+  log "built ${built[*]} in $(( $(date +%s) - start ))s into $bin"
+else
+  log "image build tools cached in $bin"
+fi
+echo "$bin"

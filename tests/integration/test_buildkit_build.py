@@ -1,0 +1,323 @@
+"""The build Job glmops renders, run for real: BuildKit builds the generated Dockerfile and pushes to a real registry.
+
+No image registry is reachable from this machine, and vLLM's CUDA and ROCm images cannot be pulled, so this test
+checks everything after the `FROM` of the Dockerfiles glmops generates, with real parts built here from their Go
+modules (cluster/build-image-tools.sh): the distribution project's registry, and BuildKit's daemon and client.
+
+- The base: a stand-in for `vllm/vllm-openai:v<version>` (and the ROCm image), built by BuildKit from the Debian
+  image hack/base-image.sh makes, with pip and a `vllm` distribution record of that version; pushed to the registry,
+  which BuildKit serves Docker Hub's names from (a registry mirror, as an air-gapped cluster configures it).
+- The build: the operator's own planner (`planner/image.py` `plan_start`) gives the build context ConfigMap and the
+  Job; its Dockerfile and wheel become the context and the Job's build container runs its own script, with
+  `buildctl-daemonless.sh` (which starts a daemon inside the pod) standing for a client of the daemon here, and the
+  termination log a file. Test-only differences: those two, and the context's path.
+- What is checked: the digest the Job reports is the registry's for the tag; the image pulled by that digest carries
+  the plugin and the catalog's labels; a second build takes every step from BuildKit's cache; a base with another
+  vLLM, or none, fails with the reason in the build's output.
+
+Needs root (BuildKit's OCI worker runs steps with runc) and podman (the Debian base); skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from glm_operator.api.glmimage import Builder
+from glm_operator.catalog.bundle import Catalogs
+from glm_operator.planner.image import ImageObserved, plan_start
+from glm_operator.render.dockerfile import PLUGIN_VERSION
+from glm_operator.render.imagebuild import WORKSPACE, BuildSettings, glmimage_manifest
+from tests.support.cluster import CLUSTER_DIR, REPO, script_env
+from tests.support.wheel import build_plugin_wheel
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="BuildKit's OCI worker runs build steps with runc, as root"),
+    pytest.mark.skipif(shutil.which("runc") is None, reason="runc is not installed; run hack/node-deps.sh"),
+    pytest.mark.skipif(shutil.which("podman") is None, reason="podman holds the Debian base (make images)"),
+]
+PODMAN_ENV = {**os.environ, "CONTAINERS_CONF": str(REPO / "hack" / "containers.conf")}
+STAND_IN = """\
+ARG BASE
+FROM ${BASE}
+ARG VLLM_VERSION
+# What glmops' Dockerfile reads of vLLM's images: pip in the system interpreter, and vLLM's distribution record.
+# (Debian's ensurepip refuses the system interpreter; pip runs from the wheel Debian ships for venv.)
+RUN w=$(ls /usr/share/python-wheels/pip-*.whl) \\
+    && python3 "$w/pip" install --quiet --break-system-packages --no-index --no-cache-dir "$w" \\
+    && d=/usr/local/lib/python3.11/dist-packages/vllm-${VLLM_VERSION}.dist-info && mkdir -p "$d" \\
+    && printf 'Metadata-Version: 2.1\\nName: vllm\\nVersion: %s\\n' "${VLLM_VERSION}" > "$d/METADATA"
+"""
+STOCK = {"cuda": "vllm/vllm-openai", "rocm": "vllm/vllm-openai-rocm"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(what: str, ready: Any, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"{what} exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        if ready():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{what} not ready within {timeout:g} s:\n{log.read_text()[-3000:]}")
+
+
+@dataclass
+class Builders:
+    tools: Path
+    registry: str
+    socket: str
+    workdir: Path
+
+    def wheel(self) -> Path:
+        """The plugin wheel, built once: the operator image ships one, so every build context holds the same bytes."""
+        found = sorted((self.workdir / "wheel").glob("wheel/*.whl"))
+        return found[0] if found else build_plugin_wheel(self.workdir / "wheel")
+
+    def buildctl(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        argv = [str(self.tools / "buildctl"), "--addr", f"unix://{self.socket}", *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+    def manifest_digest(self, repository: str, tag: str) -> str | None:
+        request = urllib.request.Request(
+            f"http://{self.registry}/v2/{repository}/manifests/{tag}",
+            method="HEAD",
+            headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return str(response.headers["Docker-Content-Digest"])
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                return None
+            raise
+
+    def image_config(self, repository: str, digest: str) -> dict[str, Any]:
+        accept = {"Accept": "application/vnd.oci.image.manifest.v1+json"}
+        url = f"http://{self.registry}/v2/{repository}"
+        with urllib.request.urlopen(urllib.request.Request(f"{url}/manifests/{digest}", headers=accept)) as r:
+            manifest = json.load(r)
+        with urllib.request.urlopen(f"{url}/blobs/{manifest['config']['digest']}") as r:
+            return dict(json.load(r))
+
+    def stand_in(self, platform: str, tag: str, vllm: str) -> None:
+        """The stand-in stock image `<stock>:<tag>` carrying vLLM `vllm`, in the registry under Docker Hub's name."""
+        context = self.workdir / f"stand-in-{platform}-{tag}"
+        context.mkdir()
+        (context / "Dockerfile").write_text(STAND_IN)
+        out = self.buildctl(
+            "build",
+            "--frontend=dockerfile.v0",
+            f"--local=context={context}",
+            f"--local=dockerfile={context}",
+            f"--opt=build-arg:BASE={self.registry}/glmops/debian-python:bookworm",
+            f"--opt=build-arg:VLLM_VERSION={vllm}",
+            f"--output=type=image,name={self.registry}/{STOCK[platform]}:{tag},push=true,registry.insecure=true",
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def builders() -> Iterator[Builders]:
+    """The registry and buildkitd as local processes (root), with the Debian base pushed to the registry."""
+    tools = Path(
+        subprocess.run(
+            [str(CLUSTER_DIR / "build-image-tools.sh")],
+            env=script_env(),
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=1800,
+        ).stdout.splitlines()[-1]
+    )
+    base = subprocess.run(
+        [str(REPO / "hack" / "base-image.sh")], capture_output=True, text=True, check=True, timeout=1800
+    ).stdout.splitlines()[-1]
+    workdir = Path(tempfile.mkdtemp(prefix="glmops-buildkit-"))
+    registry = f"127.0.0.1:{_free_port()}"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        (workdir / "registry.yml").write_text(
+            "version: 0.1\n"
+            f"storage: {{filesystem: {{rootdirectory: {workdir / 'registry'}}}}}\n"
+            f"http: {{addr: '{registry}'}}\n"
+            "log: {level: warn}\n"
+        )
+        log = workdir / "registry.log"
+        with open(log, "wb") as out:
+            procs.append(
+                subprocess.Popen(
+                    [str(tools / "registry"), "serve", str(workdir / "registry.yml")], stdout=out, stderr=out
+                )
+            )
+        _wait("the registry", lambda: _answers(f"http://{registry}/v2/"), procs[-1], log)
+        # Docker Hub's names come from this registry, as from a mirror in an air-gapped cluster.
+        (workdir / "buildkitd.toml").write_text(
+            "[worker.oci]\n  enabled = true\n[worker.containerd]\n  enabled = false\n"
+            f'[registry."docker.io"]\n  mirrors = ["{registry}"]\n'
+            f'[registry."{registry}"]\n  http = true\n  insecure = true\n'
+        )
+        sock = str(workdir / "buildkitd.sock")
+        log = workdir / "buildkitd.log"
+        with open(log, "wb") as out:
+            argv = [str(tools / "buildkitd"), "--root", str(workdir / "buildkit"), "--addr", f"unix://{sock}"]
+            procs.append(subprocess.Popen([*argv, "--config", str(workdir / "buildkitd.toml")], stdout=out, stderr=out))
+        found = Builders(tools, registry, sock, workdir)
+        _wait("buildkitd", lambda: found.buildctl("debug", "workers", timeout=10).returncode == 0, procs[-1], log)
+        push = ["podman", "push", "--quiet", "--tls-verify=false", base, f"{registry}/glmops/debian-python:bookworm"]
+        subprocess.run(push, env=PODMAN_ENV, check=True, capture_output=True, timeout=600)
+        yield found
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass
+class Build:
+    returncode: int
+    output: str
+    digest: str
+    seconds: float
+
+
+def _run_job(builders: Builders, platform: str, version: str, name: str) -> tuple[Build, dict[str, Any]]:
+    """Plan the GLMImage's start as the operator does, and run its Job's build container against buildkitd here."""
+    catalogs = Catalogs.packaged()
+    settings = BuildSettings(
+        enabled=True, registry=f"{builders.registry}/glmops", builder=Builder.BUILDKIT, insecure=True
+    )
+    images = catalogs.images.with_patched_registry(settings.registry)
+    ref = images.patched_ref(platform, version)
+    body = glmimage_manifest(platform, version, ref, images.patches_for(platform, version), Builder.BUILDKIT)
+    body["metadata"]["uid"] = f"{name}-uid"
+    wheel = builders.wheel()
+    outcome = plan_start(body, ImageObserved(wheel=wheel.read_bytes()), replace(catalogs, images=images), settings)
+    configmap, job = outcome.create
+    context = builders.workdir / f"context-{name}"
+    context.mkdir()
+    (context / "Dockerfile").write_text(configmap["data"]["Dockerfile"])
+    for file, data in configmap["binaryData"].items():
+        (context / file).write_bytes(base64.b64decode(data))
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    shell, flag, script, arg0 = container["command"]
+    assert (shell, flag) == ("/bin/sh", "-c") and "buildctl-daemonless.sh" in script
+    # buildctl-daemonless.sh starts a daemon in the pod; here it is a client of the daemon started above.
+    shim = builders.workdir / f"bin-{name}"
+    shim.mkdir()
+    (shim / "buildctl-daemonless.sh").write_text(
+        f'#!/bin/sh\nexec {builders.tools / "buildctl"} --addr unix://{builders.socket} "$@"\n'
+    )
+    (shim / "buildctl-daemonless.sh").chmod(0o755)
+    termination = builders.workdir / f"termination-{name}"
+    script = script.replace("/dev/termination-log", str(termination)).replace(
+        "/tmp/build.json", str(context / "m.json")
+    )
+    args = [a.replace(WORKSPACE, str(context)) for a in container["args"]]
+    env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"}
+    start = time.monotonic()
+    proc = subprocess.run([shell, flag, script, arg0, *args], env=env, capture_output=True, text=True, timeout=900)
+    seconds = time.monotonic() - start
+    digest = termination.read_text().strip() if termination.exists() else ""
+    return Build(proc.returncode, proc.stdout + proc.stderr, digest, seconds), {"ref": ref, "job": job}
+
+
+def test_the_rendered_build_job_pushes_the_patched_image_and_reports_its_digest(builders: Builders) -> None:
+    builders.stand_in("cuda", "v0.34.0", "0.34.0")
+    build, planned = _run_job(builders, "cuda", "0.34.0", "cuda-0340")
+    assert build.returncode == 0, build.output[-4000:]
+    ref = planned["ref"]
+    repository, tag = ref.removeprefix(f"{builders.registry}/").rsplit(":", 1)
+    assert build.digest.startswith("sha256:") and len(build.digest) == 71, build.digest
+    assert builders.manifest_digest(repository, tag) == build.digest  # what the GLMImage pins is what was pushed
+    labels = builders.image_config(repository, build.digest)["config"]["Labels"]
+    catalog = Catalogs.packaged().images
+    assert labels["dev.glmops.vllm-version"] == "0.34.0"
+    assert labels["dev.glmops.patches"] == ",".join(catalog.patches_for("cuda", "0.34.0"))
+    assert labels["dev.glmops.plugin-version"] == PLUGIN_VERSION
+    # Pulled by digest, as the deployment's pods pull it: the plugin is in the interpreter that runs vLLM.
+    pinned = f"{builders.registry}/{repository}@{build.digest}"
+    pull = subprocess.run(
+        ["podman", "pull", "--quiet", "--tls-verify=false", pinned],
+        env=PODMAN_ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert pull.returncode == 0, pull.stderr
+    try:
+        probe = "import importlib.metadata as m; print(m.version('glmops-vllm-patches'), m.version('vllm'))"
+        ran = subprocess.run(
+            ["podman", "run", "--rm", "--network=none", pinned, "python3", "-c", probe],
+            env=PODMAN_ENV,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.split() == [PLUGIN_VERSION, "0.34.0"]
+    finally:
+        subprocess.run(["podman", "rmi", "--force", pinned], env=PODMAN_ENV, capture_output=True, timeout=120)
+    print(f"\nbuild of {ref}: {build.seconds:.1f} s (stand-in base, first build)")
+
+
+def test_a_second_build_of_the_same_image_takes_every_step_from_the_cache(builders: Builders) -> None:
+    builders.stand_in("rocm", "v0.33.0", "0.33.0")
+    first, _ = _run_job(builders, "rocm", "0.33.0", "rocm-first")
+    assert first.returncode == 0, first.output[-4000:]
+    again, _ = _run_job(builders, "rocm", "0.33.0", "rocm-again")
+    assert again.returncode == 0, again.output[-4000:]
+    # BuildKit's cache (the daemon's state directory; a cache volume or a registry cache in a cluster) keeps the
+    # plugin layer: no RUN step runs again.
+    lines = again.output.splitlines()
+    runs = {line.split()[0] for line in lines if re.match(r"#\d+ \[\d+/\d+\] RUN ", line)}
+    cached = {line.split()[0] for line in lines if line.endswith(" CACHED")}
+    assert runs and runs <= cached, again.output[-4000:]
+    print(f"\nrocm 0.33.0: first build {first.seconds:.1f} s, second {again.seconds:.1f} s")
+
+
+def test_a_base_carrying_another_vllm_fails_the_build_with_the_reason(builders: Builders) -> None:
+    builders.stand_in("cuda", "v0.33.0", "0.32.0")  # the tag says 0.33.0, the image carries 0.32.0
+    build, _ = _run_job(builders, "cuda", "0.33.0", "cuda-mismatch")
+    assert build.returncode != 0
+    assert "base image has vLLM 0.32.0, not 0.33.0" in build.output
+    assert build.digest == ""  # nothing reported: the GLMImage reads the log's tail instead
+
+
+def test_a_base_that_is_not_in_the_registry_fails_the_build_with_the_reason(builders: Builders) -> None:
+    build, _ = _run_job(builders, "cuda", "0.31.0", "cuda-missing")
+    assert build.returncode != 0
+    assert "vllm/vllm-openai:v0.31.0" in build.output and "not found" in build.output, build.output[-3000:]
+    assert build.digest == ""
