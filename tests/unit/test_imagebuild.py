@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from glm_operator.api.glmimage import Builder, GLMImage
 from glm_operator.catalog.bundle import Catalogs
@@ -15,6 +17,7 @@ from glm_operator.catalog.images import load_images
 from glm_operator.render.dockerfile import PLUGIN_WHEEL, build_args, render_dockerfile
 from glm_operator.render.imagebuild import (
     CONFIGMAP_LIMIT_BYTES,
+    DEFAULT_BUILDKIT_IMAGE,
     BuildSettings,
     ImageBuildError,
     build_job,
@@ -362,3 +365,16 @@ def test_a_pinned_plan_runs_its_image_by_digest_and_rolls_the_pods() -> None:
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == f"{REF}@{DIGEST}"
     assert pinned.command_hash != plan.command_hash
     assert pinned.summary()["imageDigest"] == DIGEST and pinned.summary()["image"] == REF
+
+
+def test_buildkit_is_the_default_builder_at_the_release_the_real_build_test_runs() -> None:
+    """The default builder image is BuildKit's rootless image of the pinned release that
+    tests/integration/test_buildkit_build.py builds from its Go module; the chart's default is the same image."""
+    repo = Path(__file__).parents[2]
+    pin = re.search(r"^BUILDKIT_VERSION=(\S+)", (repo / "cluster" / "versions.env").read_text(), re.MULTILINE)
+    assert pin is not None
+    assert f"moby/buildkit:{pin[1]}-rootless" == DEFAULT_BUILDKIT_IMAGE
+    assert BuildSettings().builder is Builder.BUILDKIT
+    assert BuildSettings.from_env({}).builder is Builder.BUILDKIT
+    values = yaml.safe_load((repo / "charts" / "glmops" / "values.yaml").read_text())["imageBuild"]
+    assert (values["builder"], values["buildkitImage"]) == ("buildkit", DEFAULT_BUILDKIT_IMAGE)

@@ -52,7 +52,10 @@ class GLMImageSpec(_Model):
         description="The reference the build pushes to, e.g. registry.example.com/glmops/vllm-openai:v0.33.0-glmops.1.",
     )
     patches: list[str] = Field(default_factory=list, description="glmops patches the plugin applies in this image.")
-    builder: Builder = Field(default=Builder.KANIKO, description="kaniko or buildkit (rootless).")
+    builder: Builder = Field(
+        default=Builder.BUILDKIT,
+        description="buildkit (rootless; the default) or kaniko (its upstream repository was archived in June 2025).",
+    )
 
 
 class GLMImageStatus(_Model):

@@ -22,10 +22,13 @@ from glm_operator.catalog.images import ImageCatalog
 from glm_operator.render.dockerfile import PLUGIN_DIR_IN_OPERATOR, PLUGIN_WHEEL
 from glm_operator.rules.context import resolve
 
-# Pinned builder images. The *debug* kaniko image, because it has a shell (busybox) for the step
-# that copies the context out of the ConfigMap volume (whose files are symlinks).
+# Pinned builder images. BuildKit's rootless image of the release cluster/versions.env pins (BUILDKIT_VERSION): the
+# one tests/integration/test_buildkit_build.py builds from its Go module and runs the rendered build with. kaniko,
+# whose upstream repository was archived in June 2025, stays an option at its last release: the *debug* image,
+# because it has a shell (busybox) for the step that copies the context out of the ConfigMap volume (whose files
+# are symlinks).
+DEFAULT_BUILDKIT_IMAGE = "moby/buildkit:v0.34.2-rootless"
 DEFAULT_KANIKO_IMAGE = "gcr.io/kaniko-project/executor:v1.23.2-debug"
-DEFAULT_BUILDKIT_IMAGE = "moby/buildkit:v0.23.2-rootless"
 # A ConfigMap holds at most 1 MiB of data and binaryData together; keep room for metadata.
 CONFIGMAP_LIMIT_BYTES = 1_000_000
 IMAGE_LABEL = "glmops.dev/image"
@@ -45,7 +48,7 @@ class BuildSettings:
 
     enabled: bool = False
     registry: str = ""
-    builder: Builder = Builder.KANIKO
+    builder: Builder = Builder.BUILDKIT
     kaniko_image: str = DEFAULT_KANIKO_IMAGE
     buildkit_image: str = DEFAULT_BUILDKIT_IMAGE
     push_secret: str = ""
@@ -70,7 +73,7 @@ class BuildSettings:
         if enabled and not registry:
             raise ImageBuildError("GLMOPS_IMAGE_BUILD_ENABLED is on but GLMOPS_IMAGE_BUILD_REGISTRY is empty")
         try:
-            builder = Builder(get("BUILDER", Builder.KANIKO.value))
+            builder = Builder(get("BUILDER", Builder.BUILDKIT.value))
             annotations = json.loads(get("POD_ANNOTATIONS", "{}"))
             return cls(
                 enabled=enabled,
