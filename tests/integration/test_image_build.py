@@ -3,7 +3,7 @@
 The operator runs with image builds on, pushing to a registry on a closed loopback port (so the
 "already in the registry?" check fails fast and the build goes ahead). kwok plays the builder: the
 build pod's annotations (the operator's test-only GLMOPS_IMAGE_BUILD_POD_ANNOTATIONS) say which exit
-code and termination message its container ends with, as kaniko's digest file or the kubelet's log
+code and termination message its container ends with, as the build script's digest or the kubelet's log
 tail would.
 """
 
@@ -29,7 +29,7 @@ GOOD = "vllm-cuda-v0-33-0-glmops-1"
 BAD = "vllm-cuda-v0-32-0-glmops-1"
 BUILD_LOG_TAIL = "#9 ERROR: failed to push 127.0.0.1:1/glmops/vllm-openai:v0.32.0-glmops.1: connection refused"
 FAKE_BUILDS = {
-    # A build long enough to see the deployment wait, then kaniko's digest file as the message.
+    # A build long enough to see the deployment wait, then the digest the build script writes as the message.
     GOOD: {"glmops.dev/fake-run-ms": "4000", "glmops.dev/fake-termination-message": DIGEST},
     # A failed build: the kubelet's FallbackToLogsOnError puts the log's tail into the message.
     BAD: {"glmops.dev/fake-exit-code": "1", "glmops.dev/fake-termination-message": BUILD_LOG_TAIL},
