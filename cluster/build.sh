@@ -64,8 +64,22 @@ if [[ "${GLMOPS_REAL_NODE:-}" == 1 ]]; then
   build_k8s kube-proxy k8s.io/kubernetes/cmd/kube-proxy
 fi
 
+# The LeaderWorkerSet controller, built inside its release module as its Dockerfile builds it (cluster/lws.sh runs it).
+lws_bin="$(lws_dir)"
+if [[ ! -x "$lws_bin/lws-controller" ]]; then
+  log "building lws-controller (sigs.k8s.io/lws/cmd @ $LWS_VERSION)"
+  mod="$(lws_module_dir)"
+  [[ -d "$mod" ]] || die "could not download sigs.k8s.io/lws@$LWS_VERSION from the Go module proxy"
+  mkdir -p "$lws_bin"
+  (cd "$mod" && CGO_ENABLED=0 go build -trimpath \
+    -ldflags "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=$LWS_VERSION" -o "$lws_bin/lws-controller.tmp" ./cmd) \
+    || die "go build of lws-controller failed; see the compiler output above"
+  mv "$lws_bin/lws-controller.tmp" "$lws_bin/lws-controller"
+  built+=(lws-controller)
+fi
+
 if ((${#built[@]})); then
-  log "built ${built[*]} in $(( $(date +%s) - start ))s into $bin"
+  log "built ${built[*]} in $(( $(date +%s) - start ))s into $bin (lws-controller: $lws_bin)"
 else
   log "all binaries cached in $bin"
 fi

@@ -19,6 +19,18 @@ image_tools_dir() {
   echo "$(cache_root)/bin/buildkit-${BUILDKIT_VERSION}_registry-${REGISTRY_VERSION}"
 }
 
+# The LeaderWorkerSet controller (cluster/build.sh, cluster/lws.sh), keyed by its own pin, so a new LWS release never
+# rebuilds Kubernetes.
+lws_dir() { echo "$(cache_root)/bin/lws-${LWS_VERSION}"; }
+
+# lws_module_dir: the pinned sigs.k8s.io/lws module in the Go module cache (downloaded if missing). Its config/
+# directory is the release's install (CRDs, RBAC, webhooks), read from there at build and install time.
+lws_module_dir() {
+  # The proxy serves exact versions of sigs.k8s.io/lws but not its version list, so `go install ...@v` fails on its
+  # deprecation look-up; downloading the exact version and building inside it works and uses the module's own go.sum.
+  (cd / && go mod download -json "sigs.k8s.io/lws@$LWS_VERSION") | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'
+}
+
 require_go() {
   command -v go >/dev/null 2>&1 \
     || die "Go is not installed or not on PATH; install Go >= $GO_MIN_VERSION (https://go.dev/doc/install) and re-run"
@@ -45,6 +57,11 @@ POD_CIDR="${GLMOPS_POD_CIDR:-127.20.0.0/16}"
 SERVICE_CIDR="${GLMOPS_SERVICE_CIDR:-10.96.0.0/16}"
 # Started in this order, stopped in reverse.
 DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+# Started on demand after the control plane (cluster/lws.sh up), stopped before it; not needed for a healthy cluster.
+ADDON_DAEMONS=(lws-controller)
+# The LeaderWorkerSet controller serves its webhooks and metrics on this loopback address (ports 443 and 8443, as in
+# its pod), and the API server reaches it through an ExternalName Service; one address per cluster.
+LWS_ADDR="${GLMOPS_LWS_ADDR:-127.0.45.1}"
 # The real node's daemons (cluster/node.sh, GLMOPS_REAL_NODE=1): started after the control plane, stopped before it.
 NODE_DAEMONS=(containerd kubelet kube-proxy)
 
@@ -121,7 +138,7 @@ start_daemon() {
   echo $! > "$s/pids/$name.pid"
 }
 
-is_daemon() { local d; for d in "${DAEMONS[@]}" "${NODE_DAEMONS[@]}"; do [[ "$d" == "$1" ]] && return 0; done; return 1; }
+is_daemon() { local d; for d in "${DAEMONS[@]}" "${NODE_DAEMONS[@]}" "${ADDON_DAEMONS[@]}"; do [[ "$d" == "$1" ]] && return 0; done; return 1; }
 
 # wait_for WHAT SECONDS CMD...: retry CMD until it succeeds, or fail naming WHAT. When WHAT starts
 # with one of our daemons' names, its log is shown and an early exit of that daemon fails at once.

@@ -6,6 +6,9 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/lib.sh"
 if cluster_healthy; then
   echo "cluster '$(cluster_name)' running: apiserver https://127.0.0.1:$APISERVER_PORT, KUBECONFIG=$(state_dir)/kubeconfig"
+  for d in "${ADDON_DAEMONS[@]}"; do
+    if [[ -f "$(state_dir)/pids/$d.pid" ]]; then pid_alive "$d" && echo "$d: running" || echo "$d: not running"; fi
+  done
   if [[ -f "$(state_dir)/pids/kubelet.pid" ]]; then
     for d in "${NODE_DAEMONS[@]}"; do pid_alive "$d" && echo "real node $d: running" || echo "real node $d: not running"; done
   fi
