@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,6 +169,20 @@ def sim_fleet(cluster: Cluster, operator: OperatorProcess) -> Iterator[subproces
     yield proc
     proc.terminate()
     proc.wait(timeout=20)
+
+
+@pytest.fixture
+def leader_worker_set(cluster: Cluster) -> Iterator[None]:
+    """The real LeaderWorkerSet controller, installed from its release (cluster/lws.sh), and uninstalled after.
+
+    Uninstalled after each test, so every other test sees a cluster without LeaderWorkerSet (the StatefulSet fallback).
+    """
+    run_script("lws.sh", "up", timeout=900)
+    # The operator re-checks whether the API is served at most every GLMOPS_DISCOVERY_TTL_SECONDS (1 s in the
+    # tests): a deployment created sooner may still be planned from the answer cached before the install.
+    time.sleep(2)
+    yield
+    run_script("lws.sh", "down", timeout=300)
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
 """`glmctl doctor` against the real local control plane, before glmops is installed: the fake GPU fleet found with
 its allocatable GPUs, LeaderWorkerSet missing and then served, no default StorageClass and then one.
 
-The test cluster has the fleet of render/fleet.py, no LeaderWorkerSet unless a test applies
-tests/support/leaderworkerset-crd.yaml, and no Helm release (the tests' operator runs as a process).
+The test cluster has the fleet of render/fleet.py, no LeaderWorkerSet unless a test installs it
+(cluster/lws.sh), and no Helm release (the tests' operator runs as a process).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from glm_operator.catalog import load_accelerators
 from glm_operator.doctor.checks import LWS_CRD
 from glm_operator.render.fleet import TEST_FLEET, default_fleet
-from tests.support.cluster import REPO, Cluster, Kubectl, eventually
+from tests.support.cluster import REPO, Cluster, Kubectl, eventually, run_script
 
 pytestmark = pytest.mark.cluster
 RELEASE_NAMESPACE = "glmops-doctor-none"  # no release lives there
@@ -74,17 +74,19 @@ def test_before_install_the_fake_fleet_is_found_with_its_allocatable_gpus(cluste
     assert not findings(report, "webhooks") and not findings(report, "permissions")
 
 
-def test_leaderworkerset_is_missing_with_its_fix_then_served_once_its_crd_is_applied(
+def test_leaderworkerset_is_missing_with_its_fix_then_served_once_its_release_is_installed(
     cluster: Cluster, kubectl: Kubectl, no_lws: None
 ) -> None:
     code, report = doctor(cluster, "--multi-node")
     (lws,) = findings(report, "leaderworkerset")
     assert code == 1 and lws["level"] == "problem" and "kubernetes-sigs/lws" in lws["fix"]
-    kubectl.run("apply", "-f", str(REPO / "tests" / "support" / "leaderworkerset-crd.yaml"))
-    kubectl.run("wait", "--for=condition=Established", f"crd/{LWS_CRD}", "--timeout=60s")
-    _, report = doctor(cluster, "--multi-node")
-    (lws,) = findings(report, "leaderworkerset")
-    assert (lws["level"], lws["value"]) == ("ok", "served")
+    run_script("lws.sh", "up", timeout=900)  # the release's install, as the fix says
+    try:
+        _, report = doctor(cluster, "--multi-node")
+        (lws,) = findings(report, "leaderworkerset")
+        assert (lws["level"], lws["value"]) == ("ok", "served")
+    finally:
+        run_script("lws.sh", "down", timeout=300)
 
 
 def test_no_default_storage_class_is_said_then_one_marked_default_is_found(

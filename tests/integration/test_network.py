@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -92,17 +90,8 @@ def test_the_rdma_sample_as_stateful_sets_schedules_every_pod_with_rdma_and_beco
     assert kubectl.get("glmd", NAME, namespace)["status"]["readyReplicas"] == 1
 
 
-@pytest.fixture
-def lws_crd(kubectl: Kubectl) -> Iterator[None]:
-    kubectl.run("apply", "-f", str(REPO / "tests" / "support" / "leaderworkerset-crd.yaml"))
-    kubectl.run("wait", "--for=condition=Established", "crd/leaderworkersets.leaderworkerset.x-k8s.io")
-    time.sleep(2)  # the operator's discovery cache (GLMOPS_DISCOVERY_TTL_SECONDS, 1 s in the tests)
-    yield
-    kubectl.run("delete", "crd", "leaderworkersets.leaderworkerset.x-k8s.io", "--timeout=60s", check=False)
-
-
 def test_the_rdma_sample_as_a_leader_worker_set_puts_rdma_on_the_leader_and_worker_templates(
-    kubectl: Kubectl, namespace: str, lws_crd: None
+    kubectl: Kubectl, namespace: str, leader_worker_set: None
 ) -> None:
     kubectl.run("apply", "-n", namespace, "-f", str(SAMPLE))
     lws = eventually(lambda: kubectl.get("leaderworkerset", NAME, namespace), timeout=60, what="the LeaderWorkerSet")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -296,19 +295,8 @@ def test_without_leader_worker_set_a_multi_node_replica_is_an_indexed_stateful_s
     )
 
 
-@pytest.fixture
-def lws_crd(kubectl: Kubectl) -> Iterator[None]:
-    kubectl.run("apply", "-f", str(REPO / "tests" / "support" / "leaderworkerset-crd.yaml"))
-    kubectl.run("wait", "--for=condition=Established", "crd/leaderworkersets.leaderworkerset.x-k8s.io")
-    # The operator re-checks whether the API is served at most every GLMOPS_DISCOVERY_TTL_SECONDS (1 s in the
-    # tests): a deployment created sooner may still be planned from the answer cached before the install.
-    time.sleep(2)
-    yield
-    kubectl.run("delete", "crd", "leaderworkersets.leaderworkerset.x-k8s.io", "--timeout=60s", check=False)
-
-
 def test_with_leader_worker_set_a_multi_node_replica_is_one_group_of_nodes(
-    kubectl: Kubectl, namespace: str, lws_crd: None
+    kubectl: Kubectl, namespace: str, leader_worker_set: None
 ) -> None:
     kubectl.run("apply", "-n", namespace, "-f", str(SAMPLES / "vllm-58729-fixed.yaml"))
     name = "glm53-mxfp4-gb200-dp8ep"

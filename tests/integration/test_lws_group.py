@@ -1,0 +1,143 @@
+"""A replica that spans two nodes, formed by the real LeaderWorkerSet controller and judged by the canary gate.
+
+The release's controller (cluster/lws.sh) turns the LeaderWorkerSet glmops renders into a leader pod and a worker
+StatefulSet; kwok runs both pods on two fake H200 nodes, and the simulator fleet answers for the leader on its
+loopback IP. What LWS promises for a group (the leader address, one group recreated when a pod of it is lost) and
+what glmops promises on top (no traffic to a group before its canaries pass) are held here; the figures are printed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from glm_operator.api.constants import CANARY_CONDITION, Reason
+from tests.support.builders import GLMDeploymentBuilder as B
+from tests.support.cluster import Kubectl, eventually
+
+pytestmark = pytest.mark.cluster
+NAME = "grp"
+# Labels and the environment variable the LWS controller writes (sigs.k8s.io/lws api/leaderworkerset/v1).
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+LEADER_ADDRESS = "LWS_LEADER_ADDRESS"
+
+
+@pytest.fixture(autouse=True)
+def _running(leader_worker_set: None, operator: object, sim_fleet: object) -> None:
+    """The LWS controller, the operator and the simulators."""
+
+
+def _group(kubectl: Kubectl, namespace: str) -> dict[str, dict[str, Any]]:
+    """The group's live pods by worker index ("0" is the leader)."""
+    return {
+        p["metadata"]["labels"][WORKER_INDEX]: p
+        for p in kubectl.get("pods", namespace=namespace)["items"]
+        if p["metadata"]["labels"].get(LWS_NAME) == NAME and not p["metadata"].get("deletionTimestamp")
+    }
+
+
+def _running_group(kubectl: Kubectl, namespace: str) -> dict[str, dict[str, Any]]:
+    pods = _group(kubectl, namespace)
+    assert set(pods) == {"0", "1"}, sorted(pods)
+    assert all(p["status"].get("phase") == "Running" for p in pods.values()), "both pods running"
+    return pods
+
+
+def _serving(kubectl: Kubectl, namespace: str) -> set[str]:
+    """The uids of the pods the deployment's Service sends traffic to (a recreated leader keeps its name).
+
+    The EndpointSlice controller publishes a pod as a ready endpoint exactly when it matches the Service's selector,
+    is Ready and is not terminating; kwok's loopback pod IPs are refused in EndpointSlices, so that rule is applied
+    here (as tests/integration/test_rollout_faults.py does).
+    """
+    selector = kubectl.get("service", NAME, namespace)["spec"]["selector"]
+    return {
+        p["metadata"]["uid"]
+        for p in kubectl.get("pods", namespace=namespace)["items"]
+        if selector.items() <= p["metadata"]["labels"].items()
+        and not p["metadata"].get("deletionTimestamp")
+        and _conds(p).get("Ready") == "True"
+    }
+
+
+def _conds(pod: dict[str, Any]) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in pod["status"].get("conditions") or []}
+
+
+def _env(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0].get("env") or []}
+
+
+def _expand(args: list[str], env: dict[str, str]) -> list[str]:
+    """The command line as the kubelet starts it: $(VAR) replaced from the container's environment."""
+    out = []
+    for arg in args:
+        for key, value in env.items():
+            arg = arg.replace(f"$({key})", value)
+        out.append(arg)
+    return out
+
+
+def test_a_two_node_replica_forms_one_lws_group_that_serves_only_after_its_canaries(
+    kubectl: Kubectl, namespace: str
+) -> None:
+    start = time.monotonic()
+    kubectl.apply(B(NAME).accelerator("H200").tensor(8).pipeline(2).build(), "-n", namespace)
+    lws = eventually(lambda: kubectl.get("leaderworkerset", NAME, namespace), timeout=60, what="the LeaderWorkerSet")
+    assert lws["spec"]["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
+
+    pods = eventually(lambda: _running_group(kubectl, namespace), timeout=120, what="the leader and worker running")
+    leader, worker = pods["0"], pods["1"]
+    assert leader["spec"]["nodeName"] != worker["spec"]["nodeName"], "one node per pod of the group"
+    address = _env(leader)[LEADER_ADDRESS]
+    assert _env(worker)[LEADER_ADDRESS] == address
+    assert address == f"{leader['metadata']['name']}.{leader['spec']['subdomain']}.{namespace}", address
+    worker_cmd = _expand(worker["spec"]["containers"][0]["args"], _env(worker))
+    assert worker_cmd[worker_cmd.index("--master-addr") + 1] == address
+    assert worker_cmd[worker_cmd.index("--node-rank") + 1] == "1" and "--headless" in worker_cmd
+    leader_cmd = _expand(leader["spec"]["containers"][0]["args"], _env(leader))
+    assert leader_cmd[leader_cmd.index("--nnodes") + 1] == "2"
+    assert leader_cmd[leader_cmd.index("--node-rank") + 1] == "0"
+    formed = time.monotonic() - start
+
+    leader_uid = leader["metadata"]["uid"]
+    eventually(lambda: _serving(kubectl, namespace) == {leader_uid}, timeout=180, what="the leader to serve")
+    passed = time.monotonic() - start
+    leader = _group(kubectl, namespace)["0"]
+    gate = next(c for c in leader["status"]["conditions"] if c["type"] == CANARY_CONDITION)
+    assert gate["status"] == "True" and gate["reason"] == Reason.CANARY_PASSED
+    print(
+        f"\n[figures] LWS group formed (both pods running) {formed:.1f}s, passed its canaries and served {passed:.1f}s"
+    )
+
+    # A worker lost: LWS recreates the whole group, and the Service stops sending to it until the new group passes.
+    old = {p["metadata"]["uid"] for p in _group(kubectl, namespace).values()}
+    lost = time.monotonic()
+    kubectl.run("delete", "pod", worker["metadata"]["name"], "-n", namespace, "--wait=false")
+
+    def stopped() -> bool:
+        return leader_uid not in _serving(kubectl, namespace)
+
+    eventually(stopped, timeout=60, interval=0.1, what="the group to stop serving")
+    stopped_after = time.monotonic() - lost
+
+    def reformed() -> dict[str, dict[str, Any]]:
+        pods = _running_group(kubectl, namespace)
+        assert not old & {p["metadata"]["uid"] for p in pods.values()}, "leader and worker both recreated"
+        return pods
+
+    pods = eventually(reformed, timeout=120, what="LWS to recreate the group")
+    new_uid = pods["0"]["metadata"]["uid"]
+    eventually(lambda: _serving(kubectl, namespace) == {new_uid}, timeout=180, what="the new group to serve")
+    back = time.monotonic() - lost
+    conditions = {c["type"]: c for c in _group(kubectl, namespace)["0"]["status"]["conditions"]}
+    gate, ready = conditions[CANARY_CONDITION], conditions["Ready"]
+    assert gate["status"] == "True" and gate["reason"] == Reason.CANARY_PASSED
+    # The readiness gate held the new leader out of the Service until its canaries passed, never before.
+    assert ready["lastTransitionTime"] >= gate["lastTransitionTime"], (ready, gate)
+    print(
+        f"[figures] worker lost -> group no longer served {stopped_after:.1f}s, new group passed and served {back:.1f}s"
+    )
