@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -24,7 +25,7 @@ METRICS_PORT = 8443
 HEALTH_PORT = 8081
 
 
-def install(docs: list[dict], addr: str) -> list[dict]:
+def install(docs: list[dict[str, Any]], addr: str) -> list[dict[str, Any]]:
     out = []
     for obj in docs:
         if obj["kind"] == "Deployment":
@@ -36,8 +37,8 @@ def install(docs: list[dict], addr: str) -> list[dict]:
     return out
 
 
-def config(module: Path, out: Path, addr: str) -> dict:
-    cfg = yaml.safe_load((module / "config" / "manager" / "controller_manager_config.yaml").read_text())
+def config(module: Path, out: Path, addr: str) -> dict[str, Any]:
+    cfg: dict[str, Any] = yaml.safe_load((module / "config" / "manager" / "controller_manager_config.yaml").read_text())
     # One controller per cluster here: no second replica to hand over to, so no lease to wait for after a restart.
     cfg["leaderElection"] = {"leaderElect": False}
     cfg["webhook"] = {"host": addr, "port": WEBHOOK_PORT, "certDir": str(out / "certs")}
