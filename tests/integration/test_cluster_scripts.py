@@ -87,3 +87,13 @@ def test_status_reports_a_stopped_cluster_as_not_running(tmp_path: Path) -> None
 def test_down_of_a_cluster_that_is_not_running_is_a_no_op(tmp_path: Path) -> None:
     env = dict(os.environ, GLMOPS_CLUSTER="never-started", GLMOPS_CACHE=str(tmp_path))
     assert _run("down.sh", env).returncode == 0
+
+
+def test_lws_up_without_a_running_cluster_says_to_start_it_and_down_is_a_no_op(tmp_path: Path) -> None:
+    env = dict(os.environ, GLMOPS_CACHE=str(tmp_path / "cache"), GLMOPS_CLUSTER="nolws", GLMOPS_APISERVER_PORT="17998")
+    up = subprocess.run([str(CLUSTER_DIR / "lws.sh"), "up"], env=env, capture_output=True, text=True, timeout=60)
+    assert up.returncode != 0 and "run cluster/up.sh first" in up.stderr
+    down = subprocess.run([str(CLUSTER_DIR / "lws.sh"), "down"], env=env, capture_output=True, text=True, timeout=60)
+    assert down.returncode == 0, down.stderr
+    status = subprocess.run([str(CLUSTER_DIR / "lws.sh"), "status"], env=env, capture_output=True, text=True)
+    assert status.returncode == 1 and "not running" in status.stdout
