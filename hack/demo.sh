@@ -35,6 +35,9 @@ fi
 
 export KUBECONFIG
 KUBECONFIG="$("$root/cluster/up.sh" | tail -n 1 | sed 's/^export KUBECONFIG=//')"
+# GLMOPS_LWS=1: the real LeaderWorkerSet controller too (cluster/lws.sh), so samples spanning nodes run as LWS groups
+# instead of the StatefulSet fallback.
+if [[ "${GLMOPS_LWS:-}" == 1 ]]; then "$root/cluster/lws.sh" up; fi
 kc() { "$(bin_dir)/kubectl" "$@"; }
 
 kc apply --server-side --force-conflicts -f "$root/crds" >/dev/null
