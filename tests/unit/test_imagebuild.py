@@ -378,3 +378,20 @@ def test_buildkit_is_the_default_builder_at_the_release_the_real_build_test_runs
     assert BuildSettings.from_env({}).builder is Builder.BUILDKIT
     values = yaml.safe_load((repo / "charts" / "glmops" / "values.yaml").read_text())["imageBuild"]
     assert (values["builder"], values["buildkitImage"]) == ("buildkit", DEFAULT_BUILDKIT_IMAGE)
+
+
+@pytest.mark.parametrize(
+    ("builder", "user", "escalation"),
+    [(Builder.BUILDKIT, 1000, True), (Builder.KANIKO, 0, False)],
+)
+def test_the_build_container_allows_privilege_escalation_only_for_rootlesskits_id_mapping(
+    builder: Builder, user: int, escalation: bool
+) -> None:
+    """Rootless BuildKit's newuidmap/newgidmap need their file capabilities, which no_new_privs would void
+    (docs/image-builds.md); no builder gets a capability added or runs privileged."""
+    settings = BuildSettings(enabled=True, registry=REGISTRY, builder=builder)
+    container = build_job(glmimage(builder), settings, {})["spec"]["template"]["spec"]["containers"][0]
+    security = container["securityContext"]
+    assert security["runAsUser"] == user
+    assert security["allowPrivilegeEscalation"] is escalation
+    assert "capabilities" not in security and not security.get("privileged")

@@ -239,14 +239,18 @@ def _buildkit(image: GLMImage, settings: BuildSettings, args: dict[str, str]) ->
     return {
         "command": ["/bin/sh", "-c", _BUILDKIT_SCRIPT, "buildctl"],
         "args": flags,
-        # Rootless BuildKit: an unprivileged user; without a process sandbox it needs no user
-        # namespaces, but its mounts need seccomp and AppArmor unconfined.
+        # Rootless BuildKit: an unprivileged user; rootlesskit maps the image's subordinate IDs into a user
+        # namespace with newuidmap/newgidmap, whose file capabilities (CAP_SETUID, CAP_SETGID) take effect only
+        # when privilege escalation is allowed: with allowPrivilegeEscalation false the runtime sets
+        # no_new_privs and rootlesskit stops at "newuidmap: write to uid_map failed" (docs/image-builds.md).
+        # BuildKit's own rootless Job leaves it allowed too. No capability is added; without a process
+        # sandbox its mounts need seccomp and AppArmor unconfined.
         "env": [{"name": "BUILDKITD_FLAGS", "value": "--oci-worker-no-process-sandbox"}],
         "securityContext": {
             "runAsUser": 1000,
             "runAsGroup": 1000,
             "runAsNonRoot": True,
-            "allowPrivilegeEscalation": False,
+            "allowPrivilegeEscalation": True,
             "seccompProfile": {"type": "Unconfined"},
             "appArmorProfile": {"type": "Unconfined"},
         },
