@@ -10,8 +10,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/lib.sh"
 
 require_go
-grep -q "github.com/moby/buildkit $BUILDKIT_VERSION\$" "$here/tools/buildkit/go.mod" \
-  || die "cluster/tools/buildkit/go.mod does not require github.com/moby/buildkit $BUILDKIT_VERSION (versions.env); update both"
+require_pin buildkit github.com/moby/buildkit "$BUILDKIT_VERSION"
 bin="$(image_tools_dir)"
 mkdir -p "$bin"
 start=$(date +%s)
@@ -26,15 +25,7 @@ if [[ ! -x "$bin/buildkitd" || ! -x "$bin/buildctl" ]]; then
   mv "$tmp/buildkitd" "$tmp/buildctl" "$bin/"; rm -rf "$tmp"
   built+=(buildkitd buildctl)
 fi
-if [[ ! -x "$bin/registry" ]]; then
-  log "building registry (github.com/distribution/distribution/v3/cmd/registry @ $REGISTRY_VERSION)"
-  tmp="$(mktemp -d)"
-  CGO_ENABLED=0 GOBIN="$tmp" go install -trimpath -ldflags "-s -w" \
-    "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION" \
-    || { rm -rf "$tmp"; die "go install of the registry failed; see the compiler output above"; }
-  mv "$tmp/registry" "$bin/registry"; rm -rf "$tmp"
-  built+=(registry)
-fi
+go_install registry github.com/distribution/distribution/v3/cmd/registry "$REGISTRY_VERSION"
 
 if ((${#built[@]})); then
   log "built ${built[*]} in $(( $(date +%s) - start ))s into $bin"

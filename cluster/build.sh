@@ -9,10 +9,8 @@ source "$here/lib.sh"
 
 require_go
 # The wrapper module's go.mod is the real pin of Kubernetes and etcd; versions.env must agree with it.
-grep -q "k8s.io/kubernetes $KUBERNETES_VERSION\$" "$here/tools/k8s/go.mod" \
-  || die "cluster/tools/k8s/go.mod does not require k8s.io/kubernetes $KUBERNETES_VERSION (versions.env); update both"
-grep -q "go.etcd.io/etcd/server/v3 $ETCD_VERSION" "$here/tools/k8s/go.mod" \
-  || die "cluster/tools/k8s/go.mod does not pin go.etcd.io/etcd/server/v3 $ETCD_VERSION (versions.env); update both"
+require_pin k8s k8s.io/kubernetes "$KUBERNETES_VERSION"
+require_pin k8s go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
 bin="$(bin_dir)"
 mkdir -p "$bin"
 start=$(date +%s)
@@ -37,17 +35,6 @@ build_k8s() {
   (cd "$here/tools/k8s" && CGO_ENABLED=0 go build -trimpath -ldflags "$(k8s_ldflags)" -o "$bin/$name.tmp" "$pkg") \
     || die "go build of $name failed; see the compiler output above"
   mv "$bin/$name.tmp" "$bin/$name"
-  built+=("$name")
-}
-
-go_install() {
-  local name="$1" modpath="$2" version="$3"
-  [[ -x "$bin/$name" ]] && return 0
-  log "building $name ($modpath@$version)"
-  local tmp; tmp="$(mktemp -d)"
-  CGO_ENABLED=0 GOBIN="$tmp" go install -trimpath -ldflags "-s -w" "$modpath@$version" \
-    || { rm -rf "$tmp"; die "go install of $modpath@$version failed; see the compiler output above"; }
-  mv "$tmp/$name" "$bin/$name"; rm -rf "$tmp"
   built+=("$name")
 }
 

@@ -31,6 +31,26 @@ lws_module_dir() {
   (cd / && go mod download -json "sigs.k8s.io/lws@$LWS_VERSION") | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'
 }
 
+# require_pin TOOLS MODULE VERSION: the wrapper module cluster/tools/TOOLS requires MODULE at VERSION, the pin
+# versions.env holds (its go.mod is what actually gets built).
+require_pin() {
+  grep -q "$2 $3\$" "$here_lib/tools/$1/go.mod" \
+    || die "cluster/tools/$1/go.mod does not require $2 $3 (versions.env); update both"
+}
+
+# go_install NAME MODPATH VERSION: `go install MODPATH@VERSION` into the caller's $bin unless NAME is there; a build
+# is added to the caller's `built` list.
+go_install() {
+  local name="$1" modpath="$2" version="$3"
+  [[ -x "$bin/$name" ]] && return 0
+  log "building $name ($modpath@$version)"
+  local tmp; tmp="$(mktemp -d)"
+  CGO_ENABLED=0 GOBIN="$tmp" go install -trimpath -ldflags "-s -w" "$modpath@$version" \
+    || { rm -rf "$tmp"; die "go install of $modpath@$version failed; see the compiler output above"; }
+  mv "$tmp/$name" "$bin/$name"; rm -rf "$tmp"
+  built+=("$name")
+}
+
 require_go() {
   command -v go >/dev/null 2>&1 \
     || die "Go is not installed or not on PATH; install Go >= $GO_MIN_VERSION (https://go.dev/doc/install) and re-run"
