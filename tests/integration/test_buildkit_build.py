@@ -207,13 +207,14 @@ def _answers(url: str) -> bool:
 
 @dataclass
 class Build:
+    ref: str
     returncode: int
     output: str
     digest: str
     seconds: float
 
 
-def _run_job(builders: Builders, platform: str, version: str, name: str) -> tuple[Build, dict[str, Any]]:
+def _run_job(builders: Builders, platform: str, version: str, name: str) -> Build:
     """Plan the GLMImage's start as the operator does, and run its Job's build container against buildkitd here."""
     catalogs = Catalogs.packaged()
     settings = BuildSettings(
@@ -251,14 +252,14 @@ def _run_job(builders: Builders, platform: str, version: str, name: str) -> tupl
     proc = subprocess.run([shell, flag, script, arg0, *args], env=env, capture_output=True, text=True, timeout=900)
     seconds = time.monotonic() - start
     digest = termination.read_text().strip() if termination.exists() else ""
-    return Build(proc.returncode, proc.stdout + proc.stderr, digest, seconds), {"ref": ref, "job": job}
+    return Build(ref, proc.returncode, proc.stdout + proc.stderr, digest, seconds)
 
 
 def test_the_rendered_build_job_pushes_the_patched_image_and_reports_its_digest(builders: Builders) -> None:
     builders.stand_in("cuda", "v0.34.0", "0.34.0")
-    build, planned = _run_job(builders, "cuda", "0.34.0", "cuda-0340")
+    build = _run_job(builders, "cuda", "0.34.0", "cuda-0340")
     assert build.returncode == 0, build.output[-4000:]
-    ref = planned["ref"]
+    ref = build.ref
     repository, tag = ref.removeprefix(f"{builders.registry}/").rsplit(":", 1)
     assert build.digest.startswith("sha256:") and len(build.digest) == 71, build.digest
     assert builders.manifest_digest(repository, tag) == build.digest  # what the GLMImage pins is what was pushed
@@ -295,9 +296,9 @@ def test_the_rendered_build_job_pushes_the_patched_image_and_reports_its_digest(
 
 def test_a_second_build_of_the_same_image_takes_every_step_from_the_cache(builders: Builders) -> None:
     builders.stand_in("rocm", "v0.33.0", "0.33.0")
-    first, _ = _run_job(builders, "rocm", "0.33.0", "rocm-first")
+    first = _run_job(builders, "rocm", "0.33.0", "rocm-first")
     assert first.returncode == 0, first.output[-4000:]
-    again, _ = _run_job(builders, "rocm", "0.33.0", "rocm-again")
+    again = _run_job(builders, "rocm", "0.33.0", "rocm-again")
     assert again.returncode == 0, again.output[-4000:]
     # BuildKit's cache (the daemon's state directory; a cache volume or a registry cache in a cluster) keeps the
     # plugin layer: no RUN step runs again.
@@ -310,14 +311,14 @@ def test_a_second_build_of_the_same_image_takes_every_step_from_the_cache(builde
 
 def test_a_base_carrying_another_vllm_fails_the_build_with_the_reason(builders: Builders) -> None:
     builders.stand_in("cuda", "v0.33.0", "0.32.0")  # the tag says 0.33.0, the image carries 0.32.0
-    build, _ = _run_job(builders, "cuda", "0.33.0", "cuda-mismatch")
+    build = _run_job(builders, "cuda", "0.33.0", "cuda-mismatch")
     assert build.returncode != 0
     assert "base image has vLLM 0.32.0, not 0.33.0" in build.output
     assert build.digest == ""  # nothing reported: the GLMImage reads the log's tail instead
 
 
 def test_a_base_that_is_not_in_the_registry_fails_the_build_with_the_reason(builders: Builders) -> None:
-    build, _ = _run_job(builders, "cuda", "0.31.0", "cuda-missing")
+    build = _run_job(builders, "cuda", "0.31.0", "cuda-missing")
     assert build.returncode != 0
     assert "vllm/vllm-openai:v0.31.0" in build.output and "not found" in build.output, build.output[-3000:]
     assert build.digest == ""
