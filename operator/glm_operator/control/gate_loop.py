@@ -223,17 +223,11 @@ def _write_report(
     context: Runtime,
     running: dict[str, Any] | None = None,
 ) -> None:
-    """Merge the pod's report into status.canary with a summary (and `running`: the run's progress entry removed),
-    then settle the summary on what is stored."""
-    reports = {**((body.get("status") or {}).get("canary") or {}).get("pods", {}), pod: report}
-    summary: dict[str, Any] = {"canary": {"pods": {pod: report}, "summary": summarize(reports)}}
-    if running is not None:
-        summary["canary"]["running"] = running
-    stored = objects.patch_glmdeployment_status(namespace, parent, summary)
-    context.observed.record(stored, "GLMDeployment")
-    settled = objects.settle_canary_summary(namespace, parent, summarize, stored)
-    if settled is not None:
-        context.observed.record(settled, "GLMDeployment")
+    """Write the pod's report into status.canary with a summary that agrees with every report stored (and `running`:
+    the run's progress entry removed)."""
+    stored = objects.write_canary_report(namespace, parent, pod, report, summarize, body, running)
+    if stored is not None:
+        context.observed.record(stored, "GLMDeployment")
 
 
 async def _mirror_leader(pod: WatchedPod, watched: PodView) -> None:
@@ -266,9 +260,17 @@ def leader_gate(view: dict[str, Any] | None) -> tuple[Literal["True", "False"], 
 
 
 def _forget(namespace: str, parent: str, pod: str, context: Runtime) -> None:
-    """Drop a deleted pod's canary report (the GLMDeployment itself may be gone with its pods)."""
+    """Drop a deleted pod's canary report, and its summary with it (the GLMDeployment itself may be gone with its
+    pods)."""
     with contextlib.suppress(kubernetes.client.ApiException):
-        stored = objects.patch_glmdeployment_status(
-            namespace, parent, {"canary": {"pods": {pod: None}, "running": {pod: None}}}
+        stored = objects.write_canary_report(
+            namespace,
+            parent,
+            pod,
+            None,
+            summarize,
+            context.observed.get(namespace, "GLMDeployment", parent),
+            {pod: None},
         )
-        context.observed.record(stored, "GLMDeployment")
+        if stored is not None:
+            context.observed.record(stored, "GLMDeployment")

@@ -133,6 +133,58 @@ def patch_glmdeployment_status(namespace: str, name: str, status: dict[str, Any]
 SUMMARY_ATTEMPTS = 5
 
 
+def write_canary_report(
+    namespace: str,
+    name: str,
+    pod: str,
+    report: dict[str, Any] | None,
+    summarize: Callable[[dict[str, Any]], str],
+    body: dict[str, Any] | None = None,
+    running: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """Write one pod's canary report (None: drop it) with a summary over every pod's report; returns the stored object.
+
+    The report and the summary go in one patch under the resourceVersion the summary was computed from, so nobody
+    reading status ever sees reports and a summary that disagree: a patch refused because another pod's gate wrote in
+    between (409) is read again and redone. `body` is the object as the caller last saw it (tried first; a stale one
+    costs one refusal). Should every attempt be refused, the report is merged without a version and the summary
+    settled after it, as `settle_canary_summary` does. None: the GLMDeployment is gone.
+    """
+    api = kubernetes.client.CustomObjectsApi(api_client())
+    canary: dict[str, Any] = {"pods": {pod: report}}
+    if running is not None:
+        canary["running"] = running
+    for _ in range(SUMMARY_ATTEMPTS):
+        if body is None:
+            body = get_glmdeployment(namespace, name)
+        if body is None:
+            return None
+        reports = {**(((body.get("status") or {}).get("canary") or {}).get("pods") or {}), pod: report}
+        patch = {
+            "apiVersion": API_VERSION,
+            "metadata": {"resourceVersion": body["metadata"]["resourceVersion"]},
+            "status": {"canary": {**canary, "summary": summarize(reports)}},
+        }
+        try:
+            return cast(
+                dict[str, Any],
+                api.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, patch),
+            )
+        except kubernetes.client.ApiException as err:
+            if err.status == 404:
+                return None
+            if err.status != 409:
+                raise
+            body = None  # changed since: read it again
+    try:
+        stored = patch_glmdeployment_status(namespace, name, {"canary": canary})
+    except kubernetes.client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return settle_canary_summary(namespace, name, summarize, stored) or stored
+
+
 def settle_canary_summary(
     namespace: str,
     name: str,
