@@ -12,7 +12,8 @@ modules (cluster/build-image-tools.sh): the distribution project's registry, and
   `buildctl-daemonless.sh` (which starts a daemon inside the pod) standing for a client of the daemon here, and the
   termination log a file. Test-only differences: those two, and the context's path.
 - What is checked: the digest the Job reports is the registry's for the tag; the image pulled by that digest carries
-  the plugin and the catalog's labels; a second build takes every step from BuildKit's cache; a base with another
+  the plugin and the catalog's labels; a build by a new daemon (a new pod) takes every step from the registry cache
+  the first build left beside the image; a base with another
   vLLM, or none, fails with the reason in the build's output.
 
 Needs root (BuildKit's OCI worker runs steps with runc) and podman (the Debian base); skipped otherwise.
@@ -41,7 +42,7 @@ from glm_operator.api.glmimage import Builder
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.planner.image import ImageObserved, plan_start
 from glm_operator.render.dockerfile import PLUGIN_VERSION
-from glm_operator.render.imagebuild import WORKSPACE, BuildSettings, glmimage_manifest
+from glm_operator.render.imagebuild import WORKSPACE, BuildSettings, cache_ref, glmimage_manifest
 from tests.support.cluster import CLUSTER_DIR, REPO, script_env
 from tests.support.wheel import build_plugin_wheel
 
@@ -88,14 +89,33 @@ class Builders:
     registry: str
     socket: str
     workdir: Path
+    procs: list[subprocess.Popen[bytes]]
+
+    def daemon(self, name: str) -> str:
+        """Another buildkitd with a state directory of its own, as each build Job's pod starts one: its socket."""
+        sock = str(self.workdir / f"{name}.sock")
+        log = self.workdir / f"{name}.log"
+        root = self.workdir / name
+        argv = [str(self.tools / "buildkitd"), "--root", str(root), "--addr", f"unix://{sock}"]
+        with open(log, "wb") as out:
+            self.procs.append(
+                subprocess.Popen([*argv, "--config", str(self.workdir / "buildkitd.toml")], stdout=out, stderr=out)
+            )
+        _wait(
+            name,
+            lambda: self.buildctl("debug", "workers", timeout=10, socket=sock).returncode == 0,
+            self.procs[-1],
+            log,
+        )
+        return sock
 
     def wheel(self) -> Path:
         """The plugin wheel, built once: the operator image ships one, so every build context holds the same bytes."""
         found = sorted((self.workdir / "wheel").glob("wheel/*.whl"))
         return found[0] if found else build_plugin_wheel(self.workdir / "wheel")
 
-    def buildctl(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        argv = [str(self.tools / "buildctl"), "--addr", f"unix://{self.socket}", *args]
+    def buildctl(self, *args: str, timeout: float = 600, socket: str = "") -> subprocess.CompletedProcess[str]:
+        argv = [str(self.tools / "buildctl"), "--addr", f"unix://{socket or self.socket}", *args]
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
 
     def manifest_digest(self, repository: str, tag: str) -> str | None:
@@ -112,12 +132,17 @@ class Builders:
                 return None
             raise
 
-    def image_config(self, repository: str, digest: str) -> dict[str, Any]:
+    def manifest(self, repository: str, digest: str) -> dict[str, Any]:
         accept = {"Accept": "application/vnd.oci.image.manifest.v1+json"}
-        url = f"http://{self.registry}/v2/{repository}"
-        with urllib.request.urlopen(urllib.request.Request(f"{url}/manifests/{digest}", headers=accept)) as r:
-            manifest = json.load(r)
-        with urllib.request.urlopen(f"{url}/blobs/{manifest['config']['digest']}") as r:
+        url = f"http://{self.registry}/v2/{repository}/manifests/{digest}"
+        with urllib.request.urlopen(urllib.request.Request(url, headers=accept)) as r:
+            return dict(json.load(r))
+
+    def image_config(self, repository: str, digest: str) -> dict[str, Any]:
+        manifest = self.manifest(repository, digest)
+        with urllib.request.urlopen(
+            f"http://{self.registry}/v2/{repository}/blobs/{manifest['config']['digest']}"
+        ) as r:
             return dict(json.load(r))
 
     def stand_in(self, platform: str, tag: str, vllm: str) -> None:
@@ -177,13 +202,8 @@ def builders() -> Iterator[Builders]:
             f'[registry."docker.io"]\n  mirrors = ["{registry}"]\n'
             f'[registry."{registry}"]\n  http = true\n  insecure = true\n'
         )
-        sock = str(workdir / "buildkitd.sock")
-        log = workdir / "buildkitd.log"
-        with open(log, "wb") as out:
-            argv = [str(tools / "buildkitd"), "--root", str(workdir / "buildkit"), "--addr", f"unix://{sock}"]
-            procs.append(subprocess.Popen([*argv, "--config", str(workdir / "buildkitd.toml")], stdout=out, stderr=out))
-        found = Builders(tools, registry, sock, workdir)
-        _wait("buildkitd", lambda: found.buildctl("debug", "workers", timeout=10).returncode == 0, procs[-1], log)
+        found = Builders(tools, registry, "", workdir, procs)
+        found.socket = found.daemon("buildkitd")
         push = ["podman", "push", "--quiet", "--tls-verify=false", base, f"{registry}/glmops/debian-python:bookworm"]
         subprocess.run(push, env=PODMAN_ENV, check=True, capture_output=True, timeout=600)
         yield found
@@ -214,8 +234,9 @@ class Build:
     seconds: float
 
 
-def _run_job(builders: Builders, platform: str, version: str, name: str) -> Build:
-    """Plan the GLMImage's start as the operator does, and run its Job's build container against buildkitd here."""
+def _run_job(builders: Builders, platform: str, version: str, name: str, socket: str = "") -> Build:
+    """Plan the GLMImage's start as the operator does, and run its Job's build container against buildkitd here
+    (`socket`: another daemon than the shared one)."""
     catalogs = Catalogs.packaged()
     settings = BuildSettings(
         enabled=True, registry=f"{builders.registry}/glmops", builder=Builder.BUILDKIT, insecure=True
@@ -239,7 +260,7 @@ def _run_job(builders: Builders, platform: str, version: str, name: str) -> Buil
     shim = builders.workdir / f"bin-{name}"
     shim.mkdir()
     (shim / "buildctl-daemonless.sh").write_text(
-        f'#!/bin/sh\nexec {builders.tools / "buildctl"} --addr unix://{builders.socket} "$@"\n'
+        f'#!/bin/sh\nexec {builders.tools / "buildctl"} --addr unix://{socket or builders.socket} "$@"\n'
     )
     (shim / "buildctl-daemonless.sh").chmod(0o755)
     termination = builders.workdir / f"termination-{name}"
@@ -294,19 +315,26 @@ def test_the_rendered_build_job_pushes_the_patched_image_and_reports_its_digest(
     print(f"\nbuild of {ref}: {build.seconds:.1f} s (stand-in base, first build)")
 
 
-def test_a_second_build_of_the_same_image_takes_every_step_from_the_cache(builders: Builders) -> None:
+def test_a_build_in_a_new_pod_takes_every_step_from_the_registry_cache(builders: Builders) -> None:
     builders.stand_in("rocm", "v0.33.0", "0.33.0")
     first = _run_job(builders, "rocm", "0.33.0", "rocm-first")
     assert first.returncode == 0, first.output[-4000:]
-    again = _run_job(builders, "rocm", "0.33.0", "rocm-again")
+    cache = cache_ref(first.ref).removeprefix(f"{builders.registry}/").rsplit(":", 1)
+    assert builders.manifest_digest(*cache) is not None, "the first build wrote its layer cache to the registry"
+    # A daemon with an empty state directory, as the next build Job's pod has: what it does not run again comes from
+    # the cache the first build left in the registry, not from a daemon's memory.
+    again = _run_job(builders, "rocm", "0.33.0", "rocm-again", socket=builders.daemon("buildkitd-new-pod"))
     assert again.returncode == 0, again.output[-4000:]
-    # BuildKit's cache (the daemon's state directory; a cache volume or a registry cache in a cluster) keeps the
-    # plugin layer: no RUN step runs again.
     lines = again.output.splitlines()
     runs = {line.split()[0] for line in lines if re.match(r"#\d+ \[\d+/\d+\] RUN ", line)}
     cached = {line.split()[0] for line in lines if line.endswith(" CACHED")}
     assert runs and runs <= cached, again.output[-4000:]
-    print(f"\nrocm 0.33.0: first build {first.seconds:.1f} s, second {again.seconds:.1f} s")
+    repository = first.ref.removeprefix(f"{builders.registry}/").rsplit(":", 1)[0]
+    layers = [[layer["digest"] for layer in builders.manifest(repository, b.digest)["layers"]] for b in (first, again)]
+    assert layers[0] == layers[1], "the same layers"
+    print(
+        f"\nrocm 0.33.0: first build {first.seconds:.1f} s, in a new pod from the registry cache {again.seconds:.1f} s"
+    )
 
 
 def test_a_base_carrying_another_vllm_fails_the_build_with_the_reason(builders: Builders) -> None:

@@ -21,6 +21,7 @@ from glm_operator.render.imagebuild import (
     BuildSettings,
     ImageBuildError,
     build_job,
+    cache_ref,
     context_configmap,
     glmimage_manifest,
     image_name,
@@ -113,6 +114,7 @@ def test_the_catalog_knows_the_registry_images_and_keeps_the_published_ones() ->
             "docker",
         ),
         ({"GLMOPS_IMAGE_BUILD_POD_ANNOTATIONS": "not json"}, "GLMOPS_IMAGE_BUILD_"),
+        ({"GLMOPS_IMAGE_BUILD_CACHE": "volume"}, "GLMOPS_IMAGE_BUILD_CACHE is 'volume'; use registry or off"),
     ],
 )
 def test_unusable_build_settings_stop_the_operator_with_the_variable_named(env: dict[str, str], error: str) -> None:
@@ -137,6 +139,7 @@ def test_build_settings_come_from_the_environment() -> None:
     )
     assert settings.pod_annotations == {"*": {"glmops.dev/fake-exit-code": "1"}}
     assert not BuildSettings.from_env({}).enabled
+    assert BuildSettings.from_env({}).cache and not BuildSettings.from_env({"GLMOPS_IMAGE_BUILD_CACHE": "off"}).cache
 
 
 @pytest.fixture(scope="module")
@@ -395,3 +398,28 @@ def test_the_build_container_allows_privilege_escalation_only_for_rootlesskits_i
     assert security["runAsUser"] == user
     assert security["allowPrivilegeEscalation"] is escalation
     assert "capabilities" not in security and not security.get("privileged")
+
+
+@pytest.mark.parametrize(
+    ("ref", "cache"),
+    [
+        ("reg.local:5000/g/vllm-openai:v0.33.0-glmops.1", "reg.local:5000/g/vllm-openai:v0.33.0-glmops.1-buildcache"),
+        ("reg.local:5000/g/vllm-openai", "reg.local:5000/g/vllm-openai:buildcache"),
+        ("vllm-openai", "vllm-openai:buildcache"),
+    ],
+)
+def test_the_layer_cache_lives_beside_the_image_in_its_repository(ref: str, cache: str) -> None:
+    assert cache_ref(ref) == cache
+
+
+@pytest.mark.parametrize(("insecure", "suffix"), [(False, ""), (True, ",registry.insecure=true")])
+def test_buildkit_reads_and_writes_the_registry_cache_unless_it_is_off(insecure: bool, suffix: str) -> None:
+    settings = BuildSettings(enabled=True, registry=REGISTRY, builder=Builder.BUILDKIT, insecure=insecure)
+    args = container(build_job(glmimage(Builder.BUILDKIT), settings, ARGS))["args"]
+    cache = f"type=registry,ref={cache_ref(REF)}{suffix}"
+    assert f"--import-cache={cache}" in args
+    assert f"--export-cache={cache},mode=max,ignore-error=true" in args
+    off = BuildSettings(enabled=True, registry=REGISTRY, builder=Builder.BUILDKIT, cache=False)
+    assert not any("cache" in a for a in container(build_job(glmimage(Builder.BUILDKIT), off, ARGS))["args"])
+    kaniko = BuildSettings(enabled=True, registry=REGISTRY, builder=Builder.KANIKO)
+    assert not any("cache" in a for a in container(build_job(glmimage(Builder.KANIKO), kaniko, ARGS))["args"])

@@ -54,6 +54,9 @@ class BuildSettings:
     push_secret: str = ""
     namespace: str = "glmops-system"
     insecure: bool = False
+    # BuildKit's layer cache kept in the registry beside the image (`<ref>-buildcache`), so a build in a new pod
+    # (every build Job's is) reuses the steps an earlier build ran; off, each build starts from the base alone.
+    cache: bool = True
     plugin_wheel: str = f"{PLUGIN_DIR_IN_OPERATOR}/{PLUGIN_WHEEL}"
     deadline_seconds: int = 7200
     ttl_seconds: int = 86400
@@ -72,6 +75,8 @@ class BuildSettings:
         registry = get("REGISTRY").rstrip("/")
         if enabled and not registry:
             raise ImageBuildError("GLMOPS_IMAGE_BUILD_ENABLED is on but GLMOPS_IMAGE_BUILD_REGISTRY is empty")
+        if get("CACHE", "registry") not in ("registry", "off"):
+            raise ImageBuildError(f"GLMOPS_IMAGE_BUILD_CACHE is {get('CACHE')!r}; use registry or off")
         try:
             builder = Builder(get("BUILDER", Builder.BUILDKIT.value))
             annotations = json.loads(get("POD_ANNOTATIONS", "{}"))
@@ -84,6 +89,7 @@ class BuildSettings:
                 push_secret=get("PUSH_SECRET"),
                 namespace=get("NAMESPACE", env.get("POD_NAMESPACE", "") or "glmops-system"),
                 insecure=get("INSECURE").lower() in _TRUE,
+                cache=get("CACHE", "registry") != "off",
                 plugin_wheel=get("PLUGIN_WHEEL", cls.plugin_wheel),
                 deadline_seconds=int(get("DEADLINE_SECONDS", "7200")),
                 ttl_seconds=int(get("TTL_SECONDS", "86400")),
@@ -224,18 +230,28 @@ _BUILDKIT_SCRIPT = (
 )
 
 
+def cache_ref(ref: str) -> str:
+    """Where BuildKit keeps an image's layer cache: the same repository, tag `<tag>-buildcache` (the push secret
+    that reaches the image reaches it, and the base's layers are already there: nothing large is uploaded twice)."""
+    repository, _, tag = ref.split("@", 1)[0].rpartition(":")
+    return f"{repository}:{tag}-buildcache" if repository and "/" not in tag else f"{ref}:buildcache"
+
+
 def _buildkit(image: GLMImage, settings: BuildSettings, args: dict[str, str]) -> dict[str, Any]:
-    output = f"type=image,name={image.spec.image},push=true"
-    if settings.insecure:
-        output += ",registry.insecure=true"
+    insecure = ",registry.insecure=true" if settings.insecure else ""
     flags = [
         "build",
         "--frontend=dockerfile.v0",
         f"--local=context={WORKSPACE}",
         f"--local=dockerfile={WORKSPACE}",
         *(f"--opt=build-arg:{key}={value}" for key, value in sorted(args.items())),
-        f"--output={output}",
+        f"--output=type=image,name={image.spec.image},push=true{insecure}",
     ]
+    if settings.cache:
+        # Every step's layers (mode=max), read back by the next build of the image; a cache that cannot be read
+        # (the first build) or written is a slower build, never a failed one (ignore-error).
+        cache = f"type=registry,ref={cache_ref(image.spec.image)}{insecure}"
+        flags += [f"--import-cache={cache}", f"--export-cache={cache},mode=max,ignore-error=true"]
     return {
         "command": ["/bin/sh", "-c", _BUILDKIT_SCRIPT, "buildctl"],
         "args": flags,
