@@ -22,27 +22,46 @@ Needs root (BuildKit's OCI worker runs steps with runc) and podman (the Debian b
 from __future__ import annotations
 
 import base64
+import datetime
+import ipaddress
 import json
 import os
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from glm_operator.api.glmimage import Builder
 from glm_operator.catalog.bundle import Catalogs
+from glm_operator.k8s.registry import Credentials, RegistryError, remote_digest
 from glm_operator.planner.image import ImageObserved, plan_start
 from glm_operator.render.dockerfile import PLUGIN_VERSION
-from glm_operator.render.imagebuild import WORKSPACE, BuildSettings, cache_ref, glmimage_manifest
+from glm_operator.render.imagebuild import (
+    BUILD_CONFIG_DIR,
+    DOCKER_CONFIG_DIR,
+    REGISTRY_CA_DIR,
+    WORKSPACE,
+    BuildSettings,
+    cache_ref,
+    glmimage_manifest,
+)
 from tests.support.cluster import CLUSTER_DIR, REPO, script_env
 from tests.support.wheel import build_plugin_wheel
 
@@ -64,6 +83,7 @@ RUN w=$(ls /usr/share/python-wheels/pip-*.whl) \\
     && printf 'Metadata-Version: 2.1\\nName: vllm\\nVersion: %s\\n' "${VLLM_VERSION}" > "$d/METADATA"
 """
 STOCK = {"cuda": "vllm/vllm-openai", "rocm": "vllm/vllm-openai-rocm"}
+POD_DIRS = (REGISTRY_CA_DIR, DOCKER_CONFIG_DIR, BUILD_CONFIG_DIR)
 
 
 def _free_port() -> int:
@@ -91,15 +111,18 @@ class Builders:
     workdir: Path
     procs: list[subprocess.Popen[bytes]]
 
-    def daemon(self, name: str) -> str:
-        """Another buildkitd with a state directory of its own, as each build Job's pod starts one: its socket."""
+    def daemon(self, name: str, config: Path | None = None) -> str:
+        """Another buildkitd with a state directory of its own, as each build Job's pod starts one: its socket.
+        `config`: its configuration, instead of the shared one (which serves Docker Hub's names from the registry)."""
         sock = str(self.workdir / f"{name}.sock")
         log = self.workdir / f"{name}.log"
         root = self.workdir / name
         argv = [str(self.tools / "buildkitd"), "--root", str(root), "--addr", f"unix://{sock}"]
         with open(log, "wb") as out:
             self.procs.append(
-                subprocess.Popen([*argv, "--config", str(self.workdir / "buildkitd.toml")], stdout=out, stderr=out)
+                subprocess.Popen(
+                    [*argv, "--config", str(config or self.workdir / "buildkitd.toml")], stdout=out, stderr=out
+                )
             )
         _wait(
             name,
@@ -234,13 +257,24 @@ class Build:
     seconds: float
 
 
-def _run_job(builders: Builders, platform: str, version: str, name: str, socket: str = "") -> Build:
-    """Plan the GLMImage's start as the operator does, and run its Job's build container against buildkitd here
-    (`socket`: another daemon than the shared one)."""
+@dataclass
+class Planned:
+    ref: str
+    configmap: dict[str, Any]
+    job: dict[str, Any]
+
+    @property
+    def container(self) -> dict[str, Any]:
+        return dict(self.job["spec"]["template"]["spec"]["containers"][0])
+
+
+def _settings(builders: Builders) -> BuildSettings:
+    return BuildSettings(enabled=True, registry=f"{builders.registry}/glmops", builder=Builder.BUILDKIT, insecure=True)
+
+
+def _plan(builders: Builders, platform: str, version: str, name: str, settings: BuildSettings) -> Planned:
+    """The GLMImage's start as the operator plans it: the build context ConfigMap and the Job."""
     catalogs = Catalogs.packaged()
-    settings = BuildSettings(
-        enabled=True, registry=f"{builders.registry}/glmops", builder=Builder.BUILDKIT, insecure=True
-    )
     images = catalogs.images.with_patched_registry(settings.registry)
     ref = images.patched_ref(platform, version)
     body = glmimage_manifest(platform, version, ref, images.patches_for(platform, version), Builder.BUILDKIT)
@@ -248,12 +282,34 @@ def _run_job(builders: Builders, platform: str, version: str, name: str, socket:
     wheel = builders.wheel()
     outcome = plan_start(body, ImageObserved(wheel=wheel.read_bytes()), replace(catalogs, images=images), settings)
     configmap, job = outcome.create
+    return Planned(ref, configmap, job)
+
+
+def _run_job(
+    builders: Builders,
+    platform: str,
+    version: str,
+    name: str,
+    socket: str = "",
+    settings: BuildSettings | None = None,
+    mounts: dict[str, Path] | None = None,
+) -> Build:
+    """Plan the GLMImage's start as the operator does, and run its Job's build container against buildkitd here
+    (`socket`: another daemon than the shared one; `mounts`: where the pod's mounted files are here)."""
+    planned = _plan(builders, platform, version, name, settings or _settings(builders))
     context = builders.workdir / f"context-{name}"
     context.mkdir()
-    (context / "Dockerfile").write_text(configmap["data"]["Dockerfile"])
-    for file, data in configmap["binaryData"].items():
+    (context / "Dockerfile").write_text(planned.configmap["data"]["Dockerfile"])
+    for file, data in planned.configmap["binaryData"].items():
         (context / file).write_bytes(base64.b64decode(data))
-    container = job["spec"]["template"]["spec"]["containers"][0]
+    paths = {WORKSPACE: context, **(mounts or {})}
+
+    def here(value: str) -> str:
+        for pod_path, local in paths.items():
+            value = value.replace(pod_path, str(local))
+        return value
+
+    container = planned.container
     shell, flag, script, arg0 = container["command"]
     assert (shell, flag) == ("/bin/sh", "-c") and "buildctl-daemonless.sh" in script
     # buildctl-daemonless.sh starts a daemon in the pod; here it is a client of the daemon started above.
@@ -267,13 +323,14 @@ def _run_job(builders: Builders, platform: str, version: str, name: str, socket:
     script = script.replace("/dev/termination-log", str(termination)).replace(
         "/tmp/build.json", str(context / "m.json")
     )
-    args = [a.replace(WORKSPACE, str(context)) for a in container["args"]]
-    env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"}
+    args = [here(a) for a in container["args"]]
+    pod_env = {e["name"]: here(e["value"]) for e in container.get("env", []) if e["name"] != "BUILDKITD_FLAGS"}
+    env = {**os.environ, **pod_env, "PATH": f"{shim}:{os.environ['PATH']}"}
     start = time.monotonic()
     proc = subprocess.run([shell, flag, script, arg0, *args], env=env, capture_output=True, text=True, timeout=900)
     seconds = time.monotonic() - start
     digest = termination.read_text().strip() if termination.exists() else ""
-    return Build(ref, proc.returncode, proc.stdout + proc.stderr, digest, seconds)
+    return Build(planned.ref, proc.returncode, proc.stdout + proc.stderr, digest, seconds)
 
 
 def test_the_rendered_build_job_pushes_the_patched_image_and_reports_its_digest(builders: Builders) -> None:
@@ -350,3 +407,145 @@ def test_a_base_that_is_not_in_the_registry_fails_the_build_with_the_reason(buil
     assert build.returncode != 0
     assert "vllm/vllm-openai:v0.31.0" in build.output and "not found" in build.output, build.output[-3000:]
     assert build.digest == ""
+
+
+@dataclass
+class PrivateRegistry:
+    """A registry as many clusters run their own: TLS with a certificate from a private authority, basic auth."""
+
+    address: str
+    ca: str
+    username: str
+    password: str
+
+
+@pytest.fixture(scope="module")
+def private_registry(builders: Builders) -> Iterator[PrivateRegistry]:
+    folder = builders.workdir / "private-registry"
+    folder.mkdir()
+    ca, cert, key = _authority_and_server_certificate("127.0.0.1")
+    (folder / "tls.crt").write_text(cert)
+    (folder / "tls.key").write_text(key)
+    user, password = "builder", "s3cret-push"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # crypt: bcrypt from the system's libcrypt
+        import crypt
+
+        (folder / "htpasswd").write_text(f"{user}:{crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH))}\n")
+    address = f"127.0.0.1:{_free_port()}"
+    (folder / "config.yml").write_text(
+        "version: 0.1\n"
+        f"storage: {{filesystem: {{rootdirectory: {folder / 'data'}}}}}\n"
+        f"http: {{addr: '{address}', tls: {{certificate: {folder / 'tls.crt'}, key: {folder / 'tls.key'}}}}}\n"
+        f"auth: {{htpasswd: {{realm: glmops-test, path: {folder / 'htpasswd'}}}}}\n"
+        "log: {level: warn}\n"
+    )
+    log = folder / "registry.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(builders.tools / "registry"), "serve", str(folder / "config.yml")], stdout=out, stderr=out
+        )
+    builders.procs.append(proc)
+    found = PrivateRegistry(address, ca, user, password)
+    _wait("the private registry", lambda: _answers_tls(address), proc, log)
+    yield found
+
+
+def _authority_and_server_certificate(ip: str) -> tuple[str, str, str]:
+    """A self-signed authority, and a server certificate it signs for `ip`: (authority, certificate, key) as PEM."""
+    now = datetime.datetime.now(datetime.UTC)
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(name("glmops test registry authority"))
+        .issuer_name(name("glmops test registry authority"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name(ip))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip))]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    key_pem = key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    return ca.public_bytes(pem).decode(), cert.public_bytes(pem).decode(), key_pem
+
+
+def _answers_tls(address: str) -> bool:
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(f"https://{address}/v2/", timeout=2, context=context):
+            return True
+    except urllib.error.HTTPError as err:
+        return err.code == 401  # up, and asking for credentials
+    except OSError:
+        return False
+
+
+def test_a_registry_with_a_private_authority_and_basic_auth_takes_the_push_with_the_documented_settings(
+    builders: Builders, private_registry: PrivateRegistry
+) -> None:
+    """imageBuild.registryCA and imageBuild.pushSecret, as the chart passes them: the build trusts the registry's
+    authority through the daemon configuration glmops renders, and pushes with the Secret's credentials; the
+    operator's digest check then finds the pushed image with the same two."""
+    builders.stand_in("cuda", "v0.32.0", "0.32.0")
+    registry = private_registry.address
+    settings = BuildSettings(
+        enabled=True,
+        registry=f"{registry}/glmops",
+        builder=Builder.BUILDKIT,
+        push_secret="push",
+        registry_ca="registry-ca",
+    )
+    planned = _plan(builders, "cuda", "0.32.0", "private-plan", settings)
+    # The pod's mounts, here: the CA ConfigMap, the push Secret as a docker config, the context ConfigMap.
+    mounts = {path: builders.workdir / f"private-{path.strip('/').replace('/', '-')}" for path in POD_DIRS}
+    for folder in mounts.values():
+        folder.mkdir()
+    (mounts[REGISTRY_CA_DIR] / "ca.crt").write_text(private_registry.ca)
+    auth = base64.b64encode(f"{private_registry.username}:{private_registry.password}".encode()).decode()
+    (mounts[DOCKER_CONFIG_DIR] / "config.json").write_text(json.dumps({"auths": {registry: {"auth": auth}}}))
+    rendered = planned.configmap["data"]["buildkitd.toml"].replace(REGISTRY_CA_DIR, str(mounts[REGISTRY_CA_DIR]))
+    flags = {e["name"]: e["value"] for e in planned.container["env"]}["BUILDKITD_FLAGS"]
+    assert f"--config={BUILD_CONFIG_DIR}/buildkitd.toml" in flags.split()
+    # The daemon runs with the rendered configuration, and the shared mirror for the stand-in base.
+    config = mounts[BUILD_CONFIG_DIR] / "buildkitd.toml"
+    config.write_text(rendered + (builders.workdir / "buildkitd.toml").read_text())
+    build = _run_job(
+        builders, "cuda", "0.32.0", "private", builders.daemon("buildkitd-private", config), settings, mounts
+    )
+    assert build.returncode == 0, build.output[-4000:]
+    assert build.digest.startswith("sha256:"), build.output[-2000:]
+    creds = Credentials(private_registry.username, private_registry.password)
+    assert remote_digest(build.ref, creds, ca=private_registry.ca) == build.digest
+    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        remote_digest(build.ref, creds)  # without the authority the operator refuses the registry
+    with pytest.raises(RegistryError, match="401"):
+        remote_digest(build.ref, None, ca=private_registry.ca)  # without the credentials the registry refuses us
+
+    # Without the authority (TLS still, as a loopback registry must be told) the build refuses the registry too.
+    without = builders.workdir / "buildkitd-no-ca.toml"
+    shared = (builders.workdir / "buildkitd.toml").read_text()
+    without.write_text("".join(line for line in rendered.splitlines(True) if "ca = " not in line) + shared)
+    bare = builders.daemon("buildkitd-no-ca", without)
+    refused = _run_job(builders, "cuda", "0.32.0", "private-no-ca", bare, settings, mounts)
+    assert refused.returncode != 0 and refused.digest == ""
+    assert "certificate signed by unknown authority" in refused.output, refused.output[-3000:]
+    print(f"\nbuild pushed to a TLS registry with basic auth (private authority): {build.seconds:.1f} s")

@@ -115,6 +115,10 @@ def test_the_catalog_knows_the_registry_images_and_keeps_the_published_ones() ->
         ),
         ({"GLMOPS_IMAGE_BUILD_POD_ANNOTATIONS": "not json"}, "GLMOPS_IMAGE_BUILD_"),
         ({"GLMOPS_IMAGE_BUILD_CACHE": "volume"}, "GLMOPS_IMAGE_BUILD_CACHE is 'volume'; use registry or off"),
+        (
+            {"GLMOPS_IMAGE_BUILD_REGISTRY_CA": "ca", "GLMOPS_IMAGE_BUILD_INSECURE": "true"},
+            "set one of them",
+        ),
     ],
 )
 def test_unusable_build_settings_stop_the_operator_with_the_variable_named(env: dict[str, str], error: str) -> None:
@@ -423,3 +427,38 @@ def test_buildkit_reads_and_writes_the_registry_cache_unless_it_is_off(insecure:
     assert not any("cache" in a for a in container(build_job(glmimage(Builder.BUILDKIT), off, ARGS))["args"])
     kaniko = BuildSettings(enabled=True, registry=REGISTRY, builder=Builder.KANIKO)
     assert not any("cache" in a for a in container(build_job(glmimage(Builder.KANIKO), kaniko, ARGS))["args"])
+
+
+@pytest.mark.parametrize("builder", list(Builder))
+def test_a_registry_ca_is_mounted_into_the_build_and_trusted_for_that_registry_only(builder: Builder) -> None:
+    settings = BuildSettings(enabled=True, registry=REGISTRY, builder=builder, registry_ca="registry-ca")
+    image = glmimage(builder)
+    job = build_job(image, settings, ARGS)
+    main = container(job)
+    volumes = {v["name"]: v for v in job["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["registry-ca"]["configMap"] == {
+        "name": "registry-ca",
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+    }
+    assert {"name": "registry-ca", "mountPath": "/etc/glmops/registry-ca", "readOnly": True} in main["volumeMounts"]
+    configmap = context_configmap(image, settings, "FROM x\n", b"wheel")
+    if builder is Builder.KANIKO:
+        assert "--registry-certificate=registry.example.com=/etc/glmops/registry-ca/ca.crt" in main["args"]
+        assert "buildkitd.toml" not in configmap["data"]
+        return
+    assert configmap["data"]["buildkitd.toml"] == (
+        '[registry."registry.example.com"]\n  http = false\n  ca = ["/etc/glmops/registry-ca/ca.crt"]\n'
+    )
+    flags = {e["name"]: e["value"] for e in main["env"]}["BUILDKITD_FLAGS"].split()
+    assert flags == ["--oci-worker-no-process-sandbox", "--config=/etc/glmops/build/buildkitd.toml"]
+    assert {"name": "context-src", "mountPath": "/etc/glmops/build", "readOnly": True} in main["volumeMounts"]
+
+
+def test_without_a_registry_ca_the_build_keeps_the_daemons_defaults() -> None:
+    settings = BuildSettings(enabled=True, registry=REGISTRY, builder=Builder.BUILDKIT)
+    image = glmimage(Builder.BUILDKIT)
+    main = container(build_job(image, settings, ARGS))
+    assert {e["name"]: e["value"] for e in main["env"]}["BUILDKITD_FLAGS"] == "--oci-worker-no-process-sandbox"
+    assert "registry-ca" not in json.dumps(main) and "/etc/glmops/build" not in json.dumps(main)
+    assert set(context_configmap(image, settings, "FROM x\n", b"wheel")["data"]) == {"Dockerfile"}
+    assert BuildSettings.from_env({"GLMOPS_IMAGE_BUILD_REGISTRY_CA": "ca"}).registry_ca == "ca"

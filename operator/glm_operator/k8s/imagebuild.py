@@ -25,6 +25,7 @@ from glm_operator.k8s.objects import dynamic
 from glm_operator.k8s.registry import Credentials, RegistryError, credentials_for, remote_digest, split_ref
 from glm_operator.planner.image import ImageObserved, needs_start, plan_follow, plan_start
 from glm_operator.render.imagebuild import (
+    REGISTRY_CA_KEY,
     BuildSettings,
     job_name,
 )
@@ -71,11 +72,23 @@ def _push_credentials(settings: BuildSettings, ref: str) -> Credentials | None:
     return credentials_for(base64.b64decode(raw).decode(), split_ref(ref)[0]) if raw else None
 
 
+def _registry_ca(settings: BuildSettings) -> str:
+    """The registry's own certificate authority (PEM) from the ConfigMap `imageBuild.registryCA` names; "" for none."""
+    if not settings.registry_ca:
+        return ""
+    try:
+        found = core_v1().read_namespaced_config_map(settings.registry_ca, settings.namespace)
+    except kubernetes.client.ApiException as err:
+        log.warning("cannot read registry CA %s/%s: %s", settings.namespace, settings.registry_ca, err.reason)
+        return ""
+    return str((found.data or {}).get(REGISTRY_CA_KEY) or "")
+
+
 def _existing_digest(ref: str, settings: BuildSettings) -> str | None:
     """The digest of `ref` if the registry has it already; None (so we build) when it cannot be told."""
     try:
-        return remote_digest(ref, _push_credentials(settings, ref), settings.insecure)
-    except (RegistryError, httpx.HTTPError, ValueError) as err:
+        return remote_digest(ref, _push_credentials(settings, ref), settings.insecure, ca=_registry_ca(settings))
+    except (RegistryError, httpx.HTTPError, ValueError, OSError) as err:  # OSError: a CA that does not load
         log.warning("could not ask the registry for %s (building it): %s", ref, err)
         return None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import ssl
 from dataclasses import dataclass
 
 import httpx
@@ -86,13 +87,19 @@ def remote_digest(
     insecure: bool = False,
     transport: httpx.BaseTransport | None = None,
     timeout: float = 10.0,
+    ca: str = "",
 ) -> str | None:
-    """The digest of `ref` in its registry, or None when the tag does not exist there."""
+    """The digest of `ref` in its registry, or None when the tag does not exist there. `ca`: PEM certificates to trust
+    besides the system's (a registry with a certificate from a private authority)."""
     host, repository, tag = split_ref(ref)
     hostname = "registry-1.docker.io" if host == "docker.io" else host
     url = f"{'http' if insecure else 'https'}://{hostname}/v2/{repository}/manifests/{tag}"
     headers = {"Accept": MANIFEST_TYPES}
-    with httpx.Client(transport=transport, timeout=timeout, follow_redirects=True) as client:
+    verify: ssl.SSLContext | bool = True
+    if ca:
+        verify = ssl.create_default_context()
+        verify.load_verify_locations(cadata=ca)
+    with httpx.Client(transport=transport, timeout=timeout, follow_redirects=True, verify=verify) as client:
         response = client.head(url, headers=headers)
         if response.status_code == 401:
             challenge = response.headers.get("WWW-Authenticate", "")

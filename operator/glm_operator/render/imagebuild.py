@@ -35,6 +35,11 @@ IMAGE_LABEL = "glmops.dev/image"
 BUILD_CONTAINER = "build"
 WORKSPACE = "/workspace"
 DOCKER_CONFIG_DIR = "/etc/glmops/docker"
+REGISTRY_CA_DIR = "/etc/glmops/registry-ca"
+REGISTRY_CA_KEY = "ca.crt"
+# The context ConfigMap, mounted as it is into the build container for BuildKit's daemon configuration.
+BUILD_CONFIG_DIR = "/etc/glmops/build"
+BUILDKITD_CONFIG = "buildkitd.toml"
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -57,6 +62,10 @@ class BuildSettings:
     # BuildKit's layer cache kept in the registry beside the image (`<ref>-buildcache`), so a build in a new pod
     # (every build Job's is) reuses the steps an earlier build ran; off, each build starts from the base alone.
     cache: bool = True
+    # A ConfigMap in the build namespace whose `ca.crt` holds the certificate authority of a registry with a
+    # certificate from a private authority: the build trusts it for that registry, and so does the operator's
+    # digest check. Empty: the system's authorities only.
+    registry_ca: str = ""
     plugin_wheel: str = f"{PLUGIN_DIR_IN_OPERATOR}/{PLUGIN_WHEEL}"
     deadline_seconds: int = 7200
     ttl_seconds: int = 86400
@@ -75,6 +84,11 @@ class BuildSettings:
         registry = get("REGISTRY").rstrip("/")
         if enabled and not registry:
             raise ImageBuildError("GLMOPS_IMAGE_BUILD_ENABLED is on but GLMOPS_IMAGE_BUILD_REGISTRY is empty")
+        if get("REGISTRY_CA") and get("INSECURE").lower() in _TRUE:
+            raise ImageBuildError(
+                "GLMOPS_IMAGE_BUILD_REGISTRY_CA is for a registry with TLS, GLMOPS_IMAGE_BUILD_INSECURE for one"
+                " without: set one of them (imageBuild.registryCA or imageBuild.insecure)"
+            )
         if get("CACHE", "registry") not in ("registry", "off"):
             raise ImageBuildError(f"GLMOPS_IMAGE_BUILD_CACHE is {get('CACHE')!r}; use registry or off")
         try:
@@ -90,6 +104,7 @@ class BuildSettings:
                 namespace=get("NAMESPACE", env.get("POD_NAMESPACE", "") or "glmops-system"),
                 insecure=get("INSECURE").lower() in _TRUE,
                 cache=get("CACHE", "registry") != "off",
+                registry_ca=get("REGISTRY_CA"),
                 plugin_wheel=get("PLUGIN_WHEEL", cls.plugin_wheel),
                 deadline_seconds=int(get("DEADLINE_SECONDS", "7200")),
                 ttl_seconds=int(get("TTL_SECONDS", "86400")),
@@ -182,9 +197,20 @@ def _meta(image: GLMImage, name: str, namespace: str) -> dict[str, Any]:
     }
 
 
+def buildkitd_config(image: GLMImage, settings: BuildSettings) -> str | None:
+    """BuildKit's daemon configuration, where the defaults do not do: the registry's own certificate authority."""
+    if settings.builder is not Builder.BUILDKIT or not settings.registry_ca:
+        return None
+    # TLS, said outright: BuildKit would otherwise try plain HTTP first for a registry on a loopback address.
+    ca = f"{REGISTRY_CA_DIR}/{REGISTRY_CA_KEY}"
+    return f'[registry."{registry_host(image.spec.image)}"]\n  http = false\n  ca = ["{ca}"]\n'
+
+
 def context_configmap(image: GLMImage, settings: BuildSettings, dockerfile: str, wheel: bytes) -> dict[str, Any]:
-    """The build context: the Dockerfile as data, the plugin wheel as binaryData."""
-    size = len(dockerfile.encode()) + len(wheel)
+    """The build context: the Dockerfile as data, the plugin wheel as binaryData (and BuildKit's daemon
+    configuration, which the build reads from the mounted ConfigMap, not from the context)."""
+    config = buildkitd_config(image, settings)
+    size = len(dockerfile.encode()) + len(wheel) + len((config or "").encode())
     if size > CONFIGMAP_LIMIT_BYTES:
         raise ImageBuildError(
             f"build context of {image.metadata['name']} is {size} bytes; a ConfigMap holds at most "
@@ -194,7 +220,7 @@ def context_configmap(image: GLMImage, settings: BuildSettings, dockerfile: str,
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(image, context_name(image), settings.namespace),
-        "data": {"Dockerfile": dockerfile},
+        "data": {"Dockerfile": dockerfile, **({BUILDKITD_CONFIG: config} if config else {})},
         "binaryData": {PLUGIN_WHEEL: base64.b64encode(wheel).decode()},
     }
 
@@ -212,6 +238,8 @@ def _kaniko(image: GLMImage, settings: BuildSettings, args: dict[str, str]) -> d
     ]
     if settings.insecure:
         flags += [f"--insecure-registry={host}", f"--skip-tls-verify-registry={host}"]
+    if settings.registry_ca:
+        flags.append(f"--registry-certificate={host}={REGISTRY_CA_DIR}/{REGISTRY_CA_KEY}")
     return {
         "command": ["/kaniko/executor"],
         "args": flags,
@@ -252,6 +280,11 @@ def _buildkit(image: GLMImage, settings: BuildSettings, args: dict[str, str]) ->
         # (the first build) or written is a slower build, never a failed one (ignore-error).
         cache = f"type=registry,ref={cache_ref(image.spec.image)}{insecure}"
         flags += [f"--import-cache={cache}", f"--export-cache={cache},mode=max,ignore-error=true"]
+    daemon = ["--oci-worker-no-process-sandbox"]
+    config_mount: list[dict[str, Any]] = []
+    if buildkitd_config(image, settings) is not None:
+        daemon.append(f"--config={BUILD_CONFIG_DIR}/{BUILDKITD_CONFIG}")
+        config_mount.append({"name": "context-src", "mountPath": BUILD_CONFIG_DIR, "readOnly": True})
     return {
         "command": ["/bin/sh", "-c", _BUILDKIT_SCRIPT, "buildctl"],
         "args": flags,
@@ -261,7 +294,7 @@ def _buildkit(image: GLMImage, settings: BuildSettings, args: dict[str, str]) ->
         # no_new_privs and rootlesskit stops at "newuidmap: write to uid_map failed" (docs/image-builds.md).
         # BuildKit's own rootless Job leaves it allowed too. No capability is added; without a process
         # sandbox its mounts need seccomp and AppArmor unconfined.
-        "env": [{"name": "BUILDKITD_FLAGS", "value": "--oci-worker-no-process-sandbox"}],
+        "env": [{"name": "BUILDKITD_FLAGS", "value": " ".join(daemon)}],
         "securityContext": {
             "runAsUser": 1000,
             "runAsGroup": 1000,
@@ -270,7 +303,7 @@ def _buildkit(image: GLMImage, settings: BuildSettings, args: dict[str, str]) ->
             "seccompProfile": {"type": "Unconfined"},
             "appArmorProfile": {"type": "Unconfined"},
         },
-        "volumeMounts": [{"name": "buildkitd", "mountPath": "/home/user/.local/share/buildkit"}],
+        "volumeMounts": [{"name": "buildkitd", "mountPath": "/home/user/.local/share/buildkit"}, *config_mount],
     }
 
 
@@ -282,6 +315,9 @@ def _volumes(image: GLMImage, settings: BuildSettings) -> list[dict[str, Any]]:
     if settings.push_secret:
         items = [{"key": ".dockerconfigjson", "path": "config.json"}]
         volumes.append({"name": "docker-config", "secret": {"secretName": settings.push_secret, "items": items}})
+    if settings.registry_ca:
+        items = [{"key": REGISTRY_CA_KEY, "path": REGISTRY_CA_KEY}]
+        volumes.append({"name": "registry-ca", "configMap": {"name": settings.registry_ca, "items": items}})
     if settings.builder is Builder.BUILDKIT:
         volumes.append({"name": "buildkitd", "emptyDir": {}})
     return volumes
@@ -310,6 +346,8 @@ def build_job(image: GLMImage, settings: BuildSettings, args: dict[str, str]) ->
     if settings.push_secret:
         mounts.append({"name": "docker-config", "mountPath": DOCKER_CONFIG_DIR, "readOnly": True})
         env.append({"name": "DOCKER_CONFIG", "value": DOCKER_CONFIG_DIR})
+    if settings.registry_ca:
+        mounts.append({"name": "registry-ca", "mountPath": REGISTRY_CA_DIR, "readOnly": True})
     container = {
         "name": BUILD_CONTAINER,
         "image": settings.builder_image,
