@@ -93,9 +93,10 @@ def image_request(body: dict[str, Any], catalogs: Catalogs, settings: BuildSetti
     """The GLMImage this deployment's image needs built (the handler creates it when absent), or None."""
     if not settings.enabled:
         return None  # the usual case: spare the reconcile a second run of the rules and the plan
-    if validated_condition(body, catalogs).status != "True":
+    verdict = validated_condition(body, catalogs)
+    if verdict.status != "True" or verdict.model is None:
         return None
-    plan = build_plan(GLMDeployment.model_validate(body), catalogs)
+    plan = build_plan(verdict.model, catalogs)
     if plan.vllm_version is None or not needs_build(
         settings, catalogs.images, plan.image, plan.platform, plan.vllm_version
     ):
@@ -118,7 +119,7 @@ def plan(
         return Outcome(
             status=_status(desired), events=(*catalog_events, Event(EventType.WARNING, Reason.BLOCKED, message))
         )
-    glmd = GLMDeployment.model_validate(body)
+    glmd = verdict.model if verdict.model is not None else GLMDeployment.model_validate(body)
     serving = build_plan(glmd, catalogs)
     if observed.glmimage is not None:
         gate = image_gate(observed.glmimage, serving.image)

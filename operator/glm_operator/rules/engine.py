@@ -241,6 +241,7 @@ class Verdict:
     message: str
     remediations: list[dict[str, Any]]
     spec: GLMDeploymentSpec | None
+    model: GLMDeployment | None = None  # the object parsed once here, so callers need not parse it again
 
 
 def validated_condition(obj: dict[str, Any], catalogs: Catalogs | None = None) -> Verdict:
@@ -248,15 +249,16 @@ def validated_condition(obj: dict[str, Any], catalogs: Catalogs | None = None) -
     result = admit(obj, catalogs)
     records = [r for r in _records(obj) if "value" in r]
     try:
-        spec: GLMDeploymentSpec | None = GLMDeployment.model_validate(obj).spec
+        model: GLMDeployment | None = GLMDeployment.model_validate(obj)
     except ValidationError:
-        spec = None
+        model = None
+    spec = model.spec if model is not None else None
     if not result.allowed:
-        return Verdict("False", Reason.RULES_FAILED, result.rejection(), records, spec)
+        return Verdict("False", Reason.RULES_FAILED, result.rejection(), records, spec, model)
     warnings = [f.message for f in result.findings if f.severity == "warning"]
     parts = [f"{len(records)} setting(s) repaired by admission" if records else "no repairs needed"]
     parts += [f"warning: {w}" for w in warnings]
-    return Verdict("True", Reason.RULES_PASSED, "; ".join(parts), records, spec)
+    return Verdict("True", Reason.RULES_PASSED, "; ".join(parts), records, spec, model)
 
 
 def _records(obj: dict[str, Any]) -> list[dict[str, Any]]:
