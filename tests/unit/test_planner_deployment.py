@@ -10,7 +10,7 @@ import pytest
 
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.planner.deployment import Observed, image_request, plan
-from glm_operator.planner.stored import parse_stored
+from glm_operator.planner.stored import Stored, parse_stored
 from glm_operator.render.imagebuild import BuildSettings
 from glm_operator.rules.engine import admit
 from tests.support.builders import GLMDeploymentBuilder as B
@@ -31,6 +31,11 @@ def stored(builder: B, generation: int = 1, status: dict[str, Any] | None = None
     if status is not None:
         body["status"] = status
     return body
+
+
+def parsed(builder: B, generation: int = 1, status: dict[str, Any] | None = None) -> Stored:
+    """The stored object as the refresh hands it to the planner: parsed once."""
+    return parse_stored(stored(builder, generation, status))
 
 
 def conditions(outcome: Any) -> dict[str, dict[str, Any]]:
@@ -54,7 +59,7 @@ def test_refused_spec_renders_nothing_and_says_it_is_blocked() -> None:
 
 
 def test_single_node_replicas_become_a_deployment_service_pdb_and_canary_config() -> None:
-    outcome = plan(parse_stored(stored(single_node())), Observed(), CATALOGS)
+    outcome = plan(parsed(single_node()), Observed(), CATALOGS)
     assert [o["kind"] for o in outcome.apply] == ["ConfigMap", "Deployment", "Service", "PodDisruptionBudget"]
     conds = conditions(outcome)
     assert (
@@ -94,7 +99,7 @@ def test_ready_replicas_come_from_the_observed_workload() -> None:
         "metadata": {"name": "glm"},
         "status": {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1},
     }
-    outcome = plan(parse_stored(stored(single_node())), Observed(owned=(current,)), CATALOGS)
+    outcome = plan(parsed(single_node()), Observed(owned=(current,)), CATALOGS)
     assert conditions(outcome)["Ready"]["reason"] == "AllReplicasReady"
     assert outcome.status_patch()["readyReplicas"] == 1 and outcome.delete == ()
 
@@ -116,11 +121,9 @@ def glmimage(phase: str | None, image: str, ref: str | None = None) -> dict[str,
 
 def test_image_builds_ask_for_the_glmimage_of_the_patched_image() -> None:
     catalogs = CATALOGS_WITH_REGISTRY
-    request = image_request(parse_stored(stored(single_node())), catalogs, BUILDS)
+    request = image_request(parsed(single_node()), catalogs, BUILDS)
     assert request is not None and request["spec"]["image"] == "reg.local/glmops/vllm-openai:v0.33.0-glmops.1"
-    assert (
-        image_request(parse_stored(stored(single_node().image("vllm/vllm-openai:v0.33.0"))), catalogs, BUILDS) is None
-    )
+    assert image_request(parsed(single_node().image("vllm/vllm-openai:v0.33.0")), catalogs, BUILDS) is None
 
 
 @pytest.mark.parametrize(
@@ -128,9 +131,7 @@ def test_image_builds_ask_for_the_glmimage_of_the_patched_image() -> None:
 )
 def test_no_workload_until_the_image_is_built(phase: str | None, reason: str, event: bool) -> None:
     wanted = "reg.local/glmops/vllm-openai:v0.33.0-glmops.1"
-    outcome = plan(
-        parse_stored(stored(single_node())), Observed(glmimage=glmimage(phase, wanted)), CATALOGS_WITH_REGISTRY
-    )
+    outcome = plan(parsed(single_node()), Observed(glmimage=glmimage(phase, wanted)), CATALOGS_WITH_REGISTRY)
     conds = conditions(outcome)
     assert outcome.apply == ()
     assert conds["Progressing"]["reason"] == reason and conds["Ready"]["status"] == "False"
@@ -140,27 +141,23 @@ def test_no_workload_until_the_image_is_built(phase: str | None, reason: str, ev
 def test_a_built_image_is_run_pinned_by_digest() -> None:
     wanted = "reg.local/glmops/vllm-openai:v0.33.0-glmops.1"
     built = glmimage("Succeeded", wanted, f"{wanted}@sha256:{'a' * 64}")
-    outcome = plan(parse_stored(stored(single_node())), Observed(glmimage=built), CATALOGS_WITH_REGISTRY)
+    outcome = plan(parsed(single_node()), Observed(glmimage=built), CATALOGS_WITH_REGISTRY)
     deployment = next(o for o in outcome.apply if o["kind"] == "Deployment")
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"].endswith("@sha256:" + "a" * 64)
     assert conditions(outcome)["ImageBuilding"]["reason"] == "Built"
 
 
 def test_an_unchanged_condition_keeps_its_transition_time() -> None:
-    first = plan(parse_stored(stored(single_node())), Observed(), CATALOGS).status_patch()
+    first = plan(parsed(single_node()), Observed(), CATALOGS).status_patch()
     for c in first["conditions"]:
         c["lastTransitionTime"] = "2026-01-01T00:00:00Z"
-    again = plan(parse_stored(stored(single_node(), status={"conditions": first["conditions"]})), Observed(), CATALOGS)
+    again = plan(parsed(single_node(), status={"conditions": first["conditions"]}), Observed(), CATALOGS)
     assert all(c["lastTransitionTime"] == "2026-01-01T00:00:00Z" for c in again.status_patch()["conditions"])
 
 
 def test_a_refused_catalog_extension_is_a_condition_and_a_warning_on_every_deployment() -> None:
-    outcome = plan(
-        parse_stored(stored(single_node())), Observed(catalog_error="configmap ns/cm: widgets: bad"), CATALOGS
-    )
+    outcome = plan(parsed(single_node()), Observed(catalog_error="configmap ns/cm: widgets: bad"), CATALOGS)
     cond = conditions(outcome)["CatalogLoaded"]
     assert cond["status"] == "False" and cond["reason"] == "CatalogInvalid" and "widgets: bad" in cond["message"]
     assert any(e.type == "Warning" and e.reason == "CatalogInvalid" for e in outcome.events)
-    assert (
-        conditions(plan(parse_stored(stored(single_node())), Observed(), CATALOGS))["CatalogLoaded"]["status"] == "True"
-    )
+    assert conditions(plan(parsed(single_node()), Observed(), CATALOGS))["CatalogLoaded"]["status"] == "True"

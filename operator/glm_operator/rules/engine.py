@@ -2,8 +2,9 @@
 
 Auto repairs only settings the user left unset (or that glmops itself set earlier, as recorded in the
 `glmops.dev/remediations` annotation). A repair that would override an explicit value is never made:
-the finding stays an error naming the field. Reject changes nothing. The same function serves the
-webhooks, `glmctl validate` and the operator.
+the finding stays an error naming the field. Reject changes nothing. The same checks serve the
+webhooks and `glmctl validate`, which receive raw JSON (`admit`, `evaluate`: parse, then check), and the
+operator, which parsed the stored object once at its edge (`validated_condition`, `evaluate_model`).
 """
 
 from __future__ import annotations
