@@ -32,6 +32,7 @@ from bench.admission import samples
 from bench.harness import GROUP_PATH, REPO, Cluster, Operator, Sampler, counts_delta, emit, log
 
 from glm_operator.planner.deployment import Observed, plan
+from glm_operator.planner.stored import parse_stored
 from glm_operator.rules.context import Catalogs
 from glm_operator.rules.engine import admit
 
@@ -55,7 +56,7 @@ def rendered(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]
     catalogs = Catalogs.packaged()
     body = admit(copy.deepcopy(doc), catalogs).patched
     body["metadata"] |= {"uid": UID, "generation": 1}
-    outcome = plan(body, Observed(), catalogs)
+    outcome = plan(parse_stored(body), Observed(), catalogs)
     return list(outcome.apply), outcome.status_patch()
 
 

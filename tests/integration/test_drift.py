@@ -12,6 +12,7 @@ import pytest
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.planner.deployment import Observed, plan
 from glm_operator.planner.drift import needs_apply
+from glm_operator.planner.stored import parse_stored
 from tests.support.cluster import REPO, Kubectl, eventually
 
 pytestmark = pytest.mark.cluster
@@ -48,7 +49,7 @@ def _settled(kubectl: Kubectl, namespace: str, name: str) -> tuple[dict[str, Any
 def test_objects_as_the_api_server_stores_them_need_no_apply(kubectl: Kubectl, namespace: str, sample: str) -> None:
     kubectl.run("apply", "-n", namespace, "-f", str(REPO / "samples" / sample))
     glmd, owned = _settled(kubectl, namespace, SAMPLES[sample])
-    outcome = plan(glmd, Observed(owned=tuple(owned), lws_available=False), Catalogs.packaged())
+    outcome = plan(parse_stored(glmd), Observed(owned=tuple(owned), lws_available=False), Catalogs.packaged())
     assert outcome.delete == ()
     assert [(o["kind"], o["metadata"]["name"]) for o in outcome.apply] == [], "re-applying unchanged objects"
 
@@ -76,7 +77,7 @@ def test_every_kind_of_edit_to_what_glmops_renders_is_drift(kubectl: Kubectl, na
     sample = "baseline-h200-glm53-fp8.yaml"
     kubectl.run("apply", "-n", namespace, "-f", str(REPO / "samples" / sample))
     glmd, owned = _settled(kubectl, namespace, SAMPLES[sample])
-    rendered = plan(glmd, Observed(owned=(), lws_available=False), Catalogs.packaged()).apply
+    rendered = plan(parse_stored(glmd), Observed(owned=(), lws_available=False), Catalogs.packaged()).apply
     by_kind = {o["kind"]: o for o in owned}
     for what, (kind, edit) in TAMPERING.items():
         live = copy.deepcopy(by_kind[kind])

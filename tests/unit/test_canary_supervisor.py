@@ -16,6 +16,7 @@ from glm_operator.canary.peering import paused_by_peers
 from glm_operator.canary.supervisor import PodTasks, WatchedPod
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.planner.deployment import Observed, plan
+from glm_operator.planner.stored import parse_stored
 from glm_operator.render.canary_state import NEVER_S, GateState, gate_condition, pod_is_serving_ready
 from glm_operator.rules.engine import admit
 from tests.support.cluster import REPO
@@ -243,7 +244,7 @@ def _pod_as_the_watch_delivers_it() -> dict[str, Any]:
     doc["metadata"] |= {"namespace": "ns", "uid": "glmd-uid", "generation": 1}
     catalogs = Catalogs.packaged()
     body = admit(doc, catalogs).patched
-    workload = next(o for o in plan(body, Observed(), catalogs).apply if o["kind"] == "Deployment")
+    workload = next(o for o in plan(parse_stored(body), Observed(), catalogs).apply if o["kind"] == "Deployment")
     template = copy.deepcopy(workload["spec"]["template"])
     fields = {"f:metadata": {"f:labels": {f"f:{k}": {} for k in template["metadata"]["labels"]}}, "f:spec": {}}
     managed = [{"manager": m, "operation": "Update", "fieldsV1": copy.deepcopy(fields)} for m in ("kcm", "kwok")]

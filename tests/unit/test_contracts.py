@@ -9,6 +9,7 @@ import pytest
 from glm_operator.api.constants import MANAGED, SERVING, VLLM_PORT, selector
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.planner.deployment import Observed, plan
+from glm_operator.planner.stored import parse_stored
 from glm_operator.rules.engine import admit
 from tests.support.builders import GLMDeploymentBuilder as B
 
@@ -18,7 +19,7 @@ CATALOGS = Catalogs.packaged()
 def rendered(builder: B, lws: bool) -> list[dict[str, Any]]:
     body = admit(builder.namespace("ns").build(), CATALOGS).patched
     body["metadata"] |= {"uid": "u", "generation": 1}
-    return list(plan(body, Observed(lws_available=lws), CATALOGS).apply)
+    return list(plan(parse_stored(body), Observed(lws_available=lws), CATALOGS).apply)
 
 
 def pod_templates(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ import pytest
 
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.planner.deployment import Observed, image_request, plan
+from glm_operator.planner.stored import Stored, parse_stored
 from glm_operator.render.imagebuild import BuildSettings
 from glm_operator.rules.engine import admit
 from tests.support.builders import GLMDeploymentBuilder as B
@@ -32,6 +33,11 @@ def stored(builder: B, generation: int = 1, status: dict[str, Any] | None = None
     return body
 
 
+def parsed(builder: B, generation: int = 1, status: dict[str, Any] | None = None) -> Stored:
+    """The stored object as the refresh hands it to the planner: parsed once."""
+    return parse_stored(stored(builder, generation, status))
+
+
 def conditions(outcome: Any) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in outcome.status_patch()["conditions"]}
 
@@ -45,7 +51,7 @@ def test_refused_spec_renders_nothing_and_says_it_is_blocked() -> None:
     # Stored before a rule existed (or with admission bypassed): the rules now refuse it.
     body["spec"]["parallelism"]["pipeline"] = 2
     body["spec"]["engine"]["env"] = [{"name": "VLLM_PP_LAYER_PARTITION", "value": "39,39"}]
-    outcome = plan(body, Observed(), CATALOGS)
+    outcome = plan(parse_stored(body), Observed(), CATALOGS)
     conds = conditions(outcome)
     assert outcome.apply == () and outcome.delete == ()
     assert conds["Validated"]["status"] == "False" and conds["Progressing"]["reason"] == "Blocked"
@@ -53,7 +59,7 @@ def test_refused_spec_renders_nothing_and_says_it_is_blocked() -> None:
 
 
 def test_single_node_replicas_become_a_deployment_service_pdb_and_canary_config() -> None:
-    outcome = plan(stored(single_node()), Observed(), CATALOGS)
+    outcome = plan(parsed(single_node()), Observed(), CATALOGS)
     assert [o["kind"] for o in outcome.apply] == ["ConfigMap", "Deployment", "Service", "PodDisruptionBudget"]
     conds = conditions(outcome)
     assert (
@@ -73,7 +79,7 @@ def test_multi_node_replicas_use_leaderworkerset_when_served_else_statefulsets(l
     body = stored(
         B("big").model("zai-org/GLM-5.3").accelerator("H200").tensor(8).pipeline(2).vllm("0.33.0").replicas(2)
     )
-    outcome = plan(body, Observed(lws_available=lws), CATALOGS)
+    outcome = plan(parse_stored(body), Observed(lws_available=lws), CATALOGS)
     workloads = [o["kind"] for o in outcome.apply if o["kind"] in ("LeaderWorkerSet", "StatefulSet", "Deployment")]
     assert workloads == kinds
 
@@ -81,7 +87,7 @@ def test_multi_node_replicas_use_leaderworkerset_when_served_else_statefulsets(l
 def test_owned_objects_the_plan_no_longer_renders_are_deleted_and_reported() -> None:
     old = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "big"}}
     body = stored(B("big").model("zai-org/GLM-5.3").accelerator("H200").tensor(8).pipeline(2).vllm("0.33.0"))
-    outcome = plan(body, Observed(owned=(old,), lws_available=True), CATALOGS)
+    outcome = plan(parse_stored(body), Observed(owned=(old,), lws_available=True), CATALOGS)
     assert outcome.delete == (("apps/v1", "Deployment", "big"),)
     assert any(e.reason == "Pruned" and "Deployment/big" in e.message for e in outcome.events)
 
@@ -93,14 +99,14 @@ def test_ready_replicas_come_from_the_observed_workload() -> None:
         "metadata": {"name": "glm"},
         "status": {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1},
     }
-    outcome = plan(stored(single_node()), Observed(owned=(current,)), CATALOGS)
+    outcome = plan(parsed(single_node()), Observed(owned=(current,)), CATALOGS)
     assert conditions(outcome)["Ready"]["reason"] == "AllReplicasReady"
     assert outcome.status_patch()["readyReplicas"] == 1 and outcome.delete == ()
 
 
 def test_a_deployment_that_unloads_the_plugin_is_reported_degraded() -> None:
     body = stored(single_node().env("VLLM_PLUGINS", "other"))
-    conds = conditions(plan(body, Observed(), CATALOGS))
+    conds = conditions(plan(parse_stored(body), Observed(), CATALOGS))
     assert conds["Degraded"]["status"] == "True" and conds["Degraded"]["reason"] == "PatchesNotLoaded"
 
 
@@ -115,9 +121,9 @@ def glmimage(phase: str | None, image: str, ref: str | None = None) -> dict[str,
 
 def test_image_builds_ask_for_the_glmimage_of_the_patched_image() -> None:
     catalogs = CATALOGS_WITH_REGISTRY
-    request = image_request(stored(single_node()), catalogs, BUILDS)
+    request = image_request(parsed(single_node()), catalogs, BUILDS)
     assert request is not None and request["spec"]["image"] == "reg.local/glmops/vllm-openai:v0.33.0-glmops.1"
-    assert image_request(stored(single_node().image("vllm/vllm-openai:v0.33.0")), catalogs, BUILDS) is None
+    assert image_request(parsed(single_node().image("vllm/vllm-openai:v0.33.0")), catalogs, BUILDS) is None
 
 
 @pytest.mark.parametrize(
@@ -125,7 +131,7 @@ def test_image_builds_ask_for_the_glmimage_of_the_patched_image() -> None:
 )
 def test_no_workload_until_the_image_is_built(phase: str | None, reason: str, event: bool) -> None:
     wanted = "reg.local/glmops/vllm-openai:v0.33.0-glmops.1"
-    outcome = plan(stored(single_node()), Observed(glmimage=glmimage(phase, wanted)), CATALOGS_WITH_REGISTRY)
+    outcome = plan(parsed(single_node()), Observed(glmimage=glmimage(phase, wanted)), CATALOGS_WITH_REGISTRY)
     conds = conditions(outcome)
     assert outcome.apply == ()
     assert conds["Progressing"]["reason"] == reason and conds["Ready"]["status"] == "False"
@@ -135,23 +141,23 @@ def test_no_workload_until_the_image_is_built(phase: str | None, reason: str, ev
 def test_a_built_image_is_run_pinned_by_digest() -> None:
     wanted = "reg.local/glmops/vllm-openai:v0.33.0-glmops.1"
     built = glmimage("Succeeded", wanted, f"{wanted}@sha256:{'a' * 64}")
-    outcome = plan(stored(single_node()), Observed(glmimage=built), CATALOGS_WITH_REGISTRY)
+    outcome = plan(parsed(single_node()), Observed(glmimage=built), CATALOGS_WITH_REGISTRY)
     deployment = next(o for o in outcome.apply if o["kind"] == "Deployment")
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"].endswith("@sha256:" + "a" * 64)
     assert conditions(outcome)["ImageBuilding"]["reason"] == "Built"
 
 
 def test_an_unchanged_condition_keeps_its_transition_time() -> None:
-    first = plan(stored(single_node()), Observed(), CATALOGS).status_patch()
+    first = plan(parsed(single_node()), Observed(), CATALOGS).status_patch()
     for c in first["conditions"]:
         c["lastTransitionTime"] = "2026-01-01T00:00:00Z"
-    again = plan(stored(single_node(), status={"conditions": first["conditions"]}), Observed(), CATALOGS)
+    again = plan(parsed(single_node(), status={"conditions": first["conditions"]}), Observed(), CATALOGS)
     assert all(c["lastTransitionTime"] == "2026-01-01T00:00:00Z" for c in again.status_patch()["conditions"])
 
 
 def test_a_refused_catalog_extension_is_a_condition_and_a_warning_on_every_deployment() -> None:
-    outcome = plan(stored(single_node()), Observed(catalog_error="configmap ns/cm: widgets: bad"), CATALOGS)
+    outcome = plan(parsed(single_node()), Observed(catalog_error="configmap ns/cm: widgets: bad"), CATALOGS)
     cond = conditions(outcome)["CatalogLoaded"]
     assert cond["status"] == "False" and cond["reason"] == "CatalogInvalid" and "widgets: bad" in cond["message"]
     assert any(e.type == "Warning" and e.reason == "CatalogInvalid" for e in outcome.events)
-    assert conditions(plan(stored(single_node()), Observed(), CATALOGS))["CatalogLoaded"]["status"] == "True"
+    assert conditions(plan(parsed(single_node()), Observed(), CATALOGS))["CatalogLoaded"]["status"] == "True"

@@ -13,6 +13,7 @@ from glm_operator.api import GLMDeployment
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.cli.render import render
 from glm_operator.planner.deployment import Observed, Outcome, plan
+from glm_operator.planner.stored import parse_stored
 from glm_operator.render.plan import build_plan
 from glm_operator.render.storage import DownloadSettings, download_state
 from glm_operator.render.workloads import render_objects
@@ -148,7 +149,7 @@ def conditions(outcome: Outcome) -> dict[str, dict[str, Any]]:
 
 def first_plan(builder: B) -> tuple[dict[str, Any], Outcome]:
     body = stored(builder)
-    return body, plan(body, Observed(), CATALOGS)
+    return body, plan(parse_stored(body), Observed(), CATALOGS)
 
 
 def job_name(outcome: Outcome) -> str:
@@ -239,7 +240,7 @@ def test_a_running_download_keeps_the_workload_back() -> None:
     body, first = first_plan(shared(single_node()))
     name = job_name(first)
     owned = (*first.apply[:1], job_with([], name, active=1))
-    outcome = plan(body, Observed(owned=owned), CATALOGS)
+    outcome = plan(parse_stored(body), Observed(owned=owned), CATALOGS)
     assert outcome.apply == () and outcome.delete == ()
     assert "running (1 pod(s) active)" in conditions(outcome)["Progressing"]["message"]
 
@@ -247,7 +248,7 @@ def test_a_running_download_keeps_the_workload_back() -> None:
 def test_a_succeeded_download_lets_the_workload_mount_the_claim() -> None:
     body, first = first_plan(shared(single_node()))
     done = job_with([{"type": "Complete", "status": "True"}], job_name(first))
-    outcome = plan(body, Observed(owned=(first.apply[0], done)), CATALOGS)
+    outcome = plan(parse_stored(body), Observed(owned=(first.apply[0], done)), CATALOGS)
     kinds = [o["kind"] for o in outcome.apply]
     assert kinds == ["ConfigMap", "Deployment", "Service", "PodDisruptionBudget"]  # the Job and claim are not re-sent
     conds = conditions(outcome)
@@ -270,7 +271,7 @@ def test_a_failed_download_is_degraded_with_the_jobs_message_and_a_warning() -> 
         ],
         job_name(first),
     )
-    outcome = plan(body, Observed(owned=(first.apply[0], failed)), CATALOGS)
+    outcome = plan(parse_stored(body), Observed(owned=(first.apply[0], failed)), CATALOGS)
     conds = conditions(outcome)
     assert conds["Degraded"]["status"] == "True" and conds["Degraded"]["reason"] == "ModelDownloadFailed"
     assert "BackoffLimitExceeded: Job has reached the limit" in conds["Degraded"]["message"]
@@ -282,10 +283,10 @@ def test_a_failed_download_is_degraded_with_the_jobs_message_and_a_warning() -> 
 def test_a_new_revision_is_a_new_job_and_the_old_one_goes_while_the_old_workload_keeps_serving() -> None:
     body, first = first_plan(shared(single_node()))
     old = job_with([{"type": "Complete", "status": "True"}], job_name(first))
-    running = plan(body, Observed(owned=(first.apply[0], old)), CATALOGS)
+    running = plan(parse_stored(body), Observed(owned=(first.apply[0], old)), CATALOGS)
     deployment = next(o for o in running.apply if o["kind"] == "Deployment")
     moved = stored(shared(single_node()).set("spec.model.revision", "v2"))
-    outcome = plan(moved, Observed(owned=(first.apply[0], old, deployment)), CATALOGS)
+    outcome = plan(parse_stored(moved), Observed(owned=(first.apply[0], old, deployment)), CATALOGS)
     assert [o["kind"] for o in outcome.apply] == ["Job"] and job_name(outcome) != old["metadata"]["name"]
     assert outcome.delete == (("batch/v1", "Job", old["metadata"]["name"]),)
     assert conditions(outcome)["Progressing"]["reason"] == "ModelDownloading"
@@ -302,10 +303,10 @@ def test_leaving_the_shared_mode_deletes_the_job_but_never_a_retained_claim() ->
     body, first = first_plan(shared(single_node()))
     done = job_with([{"type": "Complete", "status": "True"}], job_name(first))
     claim = first.apply[0]
-    outcome = plan(stored(single_node()), Observed(owned=(claim, done)), CATALOGS)
+    outcome = plan(parse_stored(stored(single_node())), Observed(owned=(claim, done)), CATALOGS)
     assert outcome.delete == (("batch/v1", "Job", done["metadata"]["name"]),)
     owned_claim = {**claim, "metadata": {**claim["metadata"], "ownerReferences": [OWNER]}}
-    outcome = plan(stored(single_node()), Observed(owned=(owned_claim, done)), CATALOGS)
+    outcome = plan(parse_stored(stored(single_node())), Observed(owned=(owned_claim, done)), CATALOGS)
     assert ("v1", "PersistentVolumeClaim", "glm-model-cache") in outcome.delete
     assert body  # the first body is unchanged by planning
 
@@ -314,7 +315,7 @@ def test_test_annotations_reach_only_the_named_deployments_download_pods() -> No
     settings = DownloadSettings.from_env(
         {"GLMOPS_MODEL_DOWNLOAD_POD_ANNOTATIONS": '{"glm": {"a": "1"}, "x": {"b": "2"}}'}
     )
-    outcome = plan(stored(shared(single_node())), Observed(), CATALOGS, settings)
+    outcome = plan(parse_stored(stored(shared(single_node()))), Observed(), CATALOGS, settings)
     job = next(o for o in outcome.apply if o["kind"] == "Job")
     assert job["spec"]["template"]["metadata"]["annotations"] == {"a": "1"}
 

@@ -8,7 +8,7 @@ the known-issue rules (glm_operator.rules) are the second.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -565,6 +565,19 @@ class GLMDeploymentStatus(_Model):
     )
 
 
+class ObjectMeta(_Model):
+    """The metadata fields glmops reads; the API server's others (managedFields, timestamps) are kept as they are."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(default="", description="The object's name.")
+    namespace: str | None = Field(default=None, description="Its namespace; unset in a manifest not yet applied.")
+    uid: str | None = Field(default=None, description="Set by the API server.")
+    generation: int | None = Field(default=None, description="Set by the API server; moves with each spec change.")
+    labels: dict[str, str] = Field(default_factory=dict, description="The object's labels.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="The object's annotations.")
+
+
 class GLMDeployment(_Model):
     """A GLM-5.x model served by vLLM, checked against known vLLM issues and gated on correct answers."""
 
@@ -572,6 +585,6 @@ class GLMDeployment(_Model):
 
     api_version: Literal["glmops.dev/v1alpha1"] = Field(default="glmops.dev/v1alpha1")
     kind: Literal["GLMDeployment"] = Field(default="GLMDeployment")
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: GLMDeploymentSpec
     status: GLMDeploymentStatus = Field(default_factory=GLMDeploymentStatus)

@@ -180,7 +180,7 @@ async def _check_once(
         return None
     glmd = GLMDeployment.model_validate(body)
     questions, shots = await _api(gsm8k_for, body, context.catalogs.get().access_policy, context.settings.gsm8k_path)
-    inputs: SuiteInputs = suite_inputs_for(body, context.catalogs.get(), questions, shots)
+    inputs: SuiteInputs = suite_inputs_for(glmd, context.catalogs.get(), questions, shots)
     client = OpenAIClient(f"http://{ip}:{VLLM_PORT}")
     try:
         served = await client.model_name()

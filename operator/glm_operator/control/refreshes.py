@@ -26,6 +26,7 @@ from glm_operator.k8s import objects
 from glm_operator.k8s.client import API_UNREACHABLE, refusal
 from glm_operator.k8s.imagebuild import ensure_glmimage
 from glm_operator.planner.deployment import Observed, Outcome, image_request, plan
+from glm_operator.planner.stored import parse_stored
 from glm_operator.rules.findings import redact
 
 API_RETRY_S = 5  # an API server restart takes seconds; kopf's default retry after a failure is 60 s
@@ -57,14 +58,15 @@ def reconcile_body(body: dict[str, Any], context: Runtime, logger: Any) -> Outco
 def _reconcile_body(body: dict[str, Any], context: Runtime, logger: Any) -> Outcome:
     catalogs = context.catalogs.get()
     meta = body["metadata"]
-    request = image_request(body, catalogs, context.image_build)
+    stored = parse_stored(body)  # the one parse: everything below reads fields of the model
+    request = image_request(stored, catalogs, context.image_build)
     observed = Observed(
         owned=context.observed.owned_by(meta["namespace"], meta["name"]),
         lws_available=objects.lws_available(context.settings.discovery_ttl_s),
         glmimage=ensure_glmimage(request) if request is not None else None,
         catalog_error=context.catalogs.last_error,
     )
-    outcome = plan(body, observed, catalogs, context.downloads)
+    outcome = plan(stored, observed, catalogs, context.downloads)
     try:
         for obj in outcome.apply:
             context.observed.record(objects.apply(obj))  # read back by the next refresh before its watch event

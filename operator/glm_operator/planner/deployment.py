@@ -1,6 +1,7 @@
 """Reconcile one GLMDeployment as a pure decision.
 
-`plan(desired, observed, catalogs)` takes the stored object, what the handler read from the API server (the owned
+`plan(stored, observed, catalogs)` takes the stored object, parsed once at the edge (planner/stored.py), what the
+handler read from the API server (the owned
 objects labelled for it, whether the LeaderWorkerSet API is served, the GLMImage its image needs) and the catalogs,
 and returns an `Outcome`: the objects to apply, the owned objects to delete, the typed status and the events. The
 kopf handler only gathers `Observed`, calls this, applies the outcome through `k8s/` and writes the status; every
@@ -19,13 +20,14 @@ from glm_operator.api.v1alpha1 import GLMDeploymentStatus
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.planner.drift import needs_apply
 from glm_operator.planner.storage import CREATE_ONLY_KINDS, StoragePlan, is_kept, storage_plan
+from glm_operator.planner.stored import Stored, Unparsed, stored_conditions
 from glm_operator.render.imagebuild import BuildSettings, glmimage_manifest, needs_build
 from glm_operator.render.imagestate import image_gate
 from glm_operator.render.plan import Plan, build_plan
 from glm_operator.render.status import readiness
 from glm_operator.render.storage import DownloadSettings
 from glm_operator.render.workloads import render_objects, serving_selector
-from glm_operator.rules.engine import Verdict, validated_condition
+from glm_operator.rules.engine import Verdict, unparsed_condition, validated_condition
 
 WORKLOAD_KINDS = frozenset({"Deployment", "StatefulSet", "LeaderWorkerSet"})
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -77,25 +79,34 @@ class _Conditions:
 
 @dataclass(frozen=True)
 class _Desired:
-    """The stored object, parsed once."""
+    """What the status is built from: the stored object's name and generation, the rules' verdict, the conditions."""
 
-    body: dict[str, Any]
+    name: str
+    generation: int | None
     verdict: Verdict
     conditions: _Conditions = field(compare=False)
 
-    @property
-    def generation(self) -> int | None:
-        generation: int | None = self.body["metadata"].get("generation")
-        return generation
+
+def _judged(stored: Stored, catalogs: Catalogs) -> _Desired:
+    """The Validated verdict on the stored object, with the conditions it is written into."""
+    if isinstance(stored, Unparsed):
+        verdict = unparsed_condition(list(stored.problems), stored.annotations)
+        name, generation = stored.name, stored.generation
+    else:
+        verdict = validated_condition(stored, catalogs)
+        name, generation = stored.metadata.name, stored.metadata.generation
+    desired = _Desired(name, generation, verdict, _Conditions(stored_conditions(stored), generation))
+    desired.conditions.set(ConditionType.VALIDATED, verdict.status, verdict.reason, verdict.message)
+    return desired
 
 
-def image_request(body: dict[str, Any], catalogs: Catalogs, settings: BuildSettings) -> dict[str, Any] | None:
+def image_request(stored: Stored, catalogs: Catalogs, settings: BuildSettings) -> dict[str, Any] | None:
     """The GLMImage this deployment's image needs built (the handler creates it when absent), or None."""
     if not settings.enabled:
         return None  # the usual case: spare the reconcile a second run of the rules and the plan
-    if validated_condition(body, catalogs).status != "True":
+    if isinstance(stored, Unparsed) or validated_condition(stored, catalogs).status != "True":
         return None
-    plan = build_plan(GLMDeployment.model_validate(body), catalogs)
+    plan = build_plan(stored, catalogs)
     if plan.vllm_version is None or not needs_build(
         settings, catalogs.images, plan.image, plan.platform, plan.vllm_version
     ):
@@ -103,38 +114,36 @@ def image_request(body: dict[str, Any], catalogs: Catalogs, settings: BuildSetti
     return glmimage_manifest(plan.platform, plan.vllm_version, plan.image, plan.patches, settings.builder)
 
 
-def plan(
-    body: dict[str, Any], observed: Observed, catalogs: Catalogs, downloads: DownloadSettings | None = None
-) -> Outcome:
+def plan(stored: Stored, observed: Observed, catalogs: Catalogs, downloads: DownloadSettings | None = None) -> Outcome:
     """The whole decision of one reconcile."""
-    previous = (body.get("status") or {}).get("conditions") or []
-    verdict = validated_condition(body, catalogs)
-    desired = _Desired(body, verdict, _Conditions(list(previous), body["metadata"].get("generation")))
-    desired.conditions.set(ConditionType.VALIDATED, verdict.status, verdict.reason, verdict.message)
+    desired = _judged(stored, catalogs)
     catalog_events = _catalog_condition(desired, observed.catalog_error)
-    if verdict.status == "False":
+    if isinstance(stored, Unparsed) or desired.verdict.status == "False":
         message = "not deployed: the rules refuse this spec (see Validated)"
         desired.conditions.set(ConditionType.PROGRESSING, "False", Reason.BLOCKED, message)
         return Outcome(
             status=_status(desired), events=(*catalog_events, Event(EventType.WARNING, Reason.BLOCKED, message))
         )
-    glmd = GLMDeployment.model_validate(body)
+    outcome = _serving(stored, desired, observed, catalogs, downloads or DownloadSettings())
+    return replace(outcome, events=(*catalog_events, *outcome.events))
+
+
+def _serving(
+    glmd: GLMDeployment, desired: _Desired, observed: Observed, catalogs: Catalogs, downloads: DownloadSettings
+) -> Outcome:
+    """A spec the rules let through: wait for its image or its weights, or apply its workloads."""
     serving = build_plan(glmd, catalogs)
     if observed.glmimage is not None:
         gate = image_gate(observed.glmimage, serving.image)
         desired.conditions.set(ConditionType.IMAGE_BUILDING, gate.status, gate.reason, gate.message)
         if gate.image_ref is None:
-            outcome = _waiting_for_image(desired, serving, gate.message, failed=gate.failed)
-            return replace(outcome, events=(*catalog_events, *outcome.events))
+            return _waiting_for_image(desired, serving, gate.message, failed=gate.failed)
         serving = replace(serving, image_digest=gate.image_ref.rsplit("@", 1)[1])
-    meta = body["metadata"]
-    owner = {"apiVersion": glmd.api_version, "kind": glmd.kind, "name": meta["name"], "uid": meta["uid"]}
-    storage = storage_plan(serving, glmd, owner, observed.owned, downloads or DownloadSettings())
+    owner = {"apiVersion": glmd.api_version, "kind": glmd.kind, "name": glmd.metadata.name, "uid": glmd.metadata.uid}
+    storage = storage_plan(serving, glmd, owner, observed.owned, downloads)
     if storage.waiting:
-        outcome = _downloading(desired, serving, storage, observed)
-    else:
-        outcome = _applied(desired, glmd, serving, observed, owner, storage)
-    return replace(outcome, events=(*catalog_events, *outcome.events))
+        return _downloading(desired, serving, storage, observed)
+    return _applied(desired, glmd, serving, observed, owner, storage)
 
 
 def _catalog_condition(desired: _Desired, error: str | None) -> tuple[Event, ...]:
@@ -151,7 +160,7 @@ def _status(desired: _Desired, **fields: Any) -> GLMDeploymentStatus:
     spec = desired.verdict.spec
     base: dict[str, Any] = {
         "observed_generation": desired.generation,
-        "selector": serving_selector(desired.body["metadata"]["name"]),
+        "selector": serving_selector(desired.name),
         "remediations": desired.verdict.remediations,
         "conditions": desired.conditions.items,
     }

@@ -138,8 +138,8 @@ def parse_rfc3339(value: Any) -> datetime.datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
 
 
-def suite_inputs_for(body: dict[str, Any], catalogs: Catalogs, questions: list[Item], shots: list[Item]) -> SuiteInputs:
-    glmd = GLMDeployment.model_validate(body)
+def suite_inputs_for(glmd: GLMDeployment, catalogs: Catalogs, questions: list[Item], shots: list[Item]) -> SuiteInputs:
+    """What one canary run needs: the deployment's canary settings and its model's GSM8K figures."""
     lookup = catalogs.models.lookup(glmd.spec.model.name)
     threshold = lookup.model.gsm8k_threshold if lookup else DEFAULT_GSM8K_THRESHOLD
     expected = lookup.model.gsm8k_expected if lookup else DEFAULT_GSM8K_EXPECTED

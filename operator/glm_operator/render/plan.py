@@ -176,8 +176,8 @@ def build_plan(glmd: GLMDeployment, catalogs: Catalogs) -> Plan:
         worker = [*base, *multi, "--headless", *tail]
     env, notes = _env(glmd, acc.platform, ctx.image.patches)
     return Plan(
-        name=glmd.metadata.get("name", ""),
-        namespace=glmd.metadata.get("namespace", "default"),
+        name=glmd.metadata.name,
+        namespace=glmd.metadata.namespace if glmd.metadata.namespace is not None else "default",
         image=ctx.image.ref,
         vllm_version=str(ctx.version) if ctx.version else None,
         platform=acc.platform,

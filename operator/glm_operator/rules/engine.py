@@ -2,8 +2,9 @@
 
 Auto repairs only settings the user left unset (or that glmops itself set earlier, as recorded in the
 `glmops.dev/remediations` annotation). A repair that would override an explicit value is never made:
-the finding stays an error naming the field. Reject changes nothing. The same function serves the
-webhooks, `glmctl validate` and the operator.
+the finding stays an error naming the field. Reject changes nothing. The same checks serve the
+webhooks and `glmctl validate`, which receive raw JSON (`admit`, `evaluate`: parse, then check), and the
+operator, which parsed the stored object once at its edge (`validated_condition`, `evaluate_model`).
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ import copy
 import dataclasses
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from glm_operator.api import GLMDeployment, GLMDeploymentSpec, structural
+from glm_operator.api import GLMDeployment, GLMDeploymentSpec, Remediation, structural
 from glm_operator.api.constants import Reason
 from glm_operator.rules.access import ACCESS_CHECKS
 from glm_operator.rules.context import Catalogs, resolve
@@ -66,6 +67,14 @@ MAX_LISTED = 100
 
 def evaluate(obj: dict[str, Any], catalogs: Catalogs) -> list[Finding]:
     """Every finding for one object, without changing it."""
+    parsed = parse(obj)
+    if isinstance(parsed, list):
+        return parsed
+    return evaluate_model(parsed, catalogs)
+
+
+def parse(obj: dict[str, Any]) -> GLMDeployment | list[Finding]:
+    """The object as the model, or the schema findings that keep it from parsing (secret-like env values hidden)."""
     problems = structural.check(obj)
     if problems:
         return hide_secret_env(
@@ -76,10 +85,14 @@ def evaluate(obj: dict[str, Any], catalogs: Catalogs) -> list[Finding]:
             obj,
         )
     try:
-        parsed = GLMDeployment.model_validate(structural.drop_nulls(obj))
+        return GLMDeployment.model_validate(structural.drop_nulls(obj))
     except ValidationError as err:
         return hide_secret_env(schema_findings(err), obj)
-    ctx = resolve(parsed.spec, catalogs, owned_env(obj))
+
+
+def evaluate_model(glmd: GLMDeployment, catalogs: Catalogs) -> list[Finding]:
+    """Every finding for an object already parsed (the operator parses a stored object once, at its edge)."""
+    ctx = resolve(glmd.spec, catalogs, owned_env(glmd.metadata.annotations))
     findings: list[Finding] = image_policy_findings(ctx)
     for check in (
         *FEASIBILITY_CHECKS,
@@ -136,9 +149,9 @@ def schema_findings(err: ValidationError) -> list[Finding]:
     return out
 
 
-def owned_env(obj: dict[str, Any]) -> dict[str, str]:
+def owned_env(annotations: Mapping[str, str]) -> dict[str, str]:
     """Environment values glmops set in earlier repairs (so it may set them again)."""
-    return {r["env"]: r["value"] for r in _records(obj) if "env" in r and "value" in r}
+    return {r["env"]: r["value"] for r in _records(annotations) if "env" in r and "value" in r}
 
 
 def admit(obj: dict[str, Any], catalogs: Catalogs | None = None) -> Admission:
@@ -153,7 +166,7 @@ def admit(obj: dict[str, Any], catalogs: Catalogs | None = None) -> Admission:
     applied: list[tuple[Finding, Change]] = []
     current, default_change = _pin_default_version(current, catalogs) if auto else (current, None)
     for _ in range(MAX_REPAIR_ROUNDS if auto else 0):
-        repairable = [f for f in findings if f.severity == "error" and f.changes and not f.blocked_by]
+        repairable = [f for f in findings if _repairable(f)]
         if not repairable:
             break
         for finding in repairable:
@@ -243,24 +256,33 @@ class Verdict:
     spec: GLMDeploymentSpec | None
 
 
-def validated_condition(obj: dict[str, Any], catalogs: Catalogs | None = None) -> Verdict:
-    """Re-check a stored object (admission may have been bypassed, or the rules changed since)."""
-    result = admit(obj, catalogs)
-    records = [r for r in _records(obj) if "value" in r]
-    try:
-        spec: GLMDeploymentSpec | None = GLMDeployment.model_validate(obj).spec
-    except ValidationError:
-        spec = None
-    if not result.allowed:
-        return Verdict("False", Reason.RULES_FAILED, result.rejection(), records, spec)
-    warnings = [f.message for f in result.findings if f.severity == "warning"]
+def validated_condition(glmd: GLMDeployment, catalogs: Catalogs) -> Verdict:
+    """Re-check a stored object already parsed (admission may have been bypassed, or the rules changed since)."""
+    findings = evaluate_model(glmd, catalogs)
+    if glmd.spec.validation.remediation is Remediation.AUTO and any(_repairable(f) for f in findings):
+        # Repairs are edits of the object as stored: the model is written back to that form for them.
+        findings = admit(glmd.model_dump(mode="json", by_alias=True, exclude_unset=True), catalogs).findings
+    records = [r for r in _records(glmd.metadata.annotations) if "value" in r]
+    if any(f.severity == "error" for f in findings):
+        return Verdict("False", Reason.RULES_FAILED, Admission(False, findings, {}).rejection(), records, glmd.spec)
+    warnings = [f.message for f in findings if f.severity == "warning"]
     parts = [f"{len(records)} setting(s) repaired by admission" if records else "no repairs needed"]
     parts += [f"warning: {w}" for w in warnings]
-    return Verdict("True", Reason.RULES_PASSED, "; ".join(parts), records, spec)
+    return Verdict("True", Reason.RULES_PASSED, "; ".join(parts), records, glmd.spec)
 
 
-def _records(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(REMEDIATIONS_ANNOTATION)
+def unparsed_condition(problems: list[Finding], annotations: Mapping[str, Any]) -> Verdict:
+    """The verdict on a stored object the model refuses: its schema problems, as admission would list them."""
+    records = [r for r in _records(annotations) if "value" in r]
+    return Verdict("False", Reason.RULES_FAILED, Admission(False, problems, {}).rejection(), records, None)
+
+
+def _repairable(finding: Finding) -> bool:
+    return finding.severity == "error" and bool(finding.changes) and not finding.blocked_by
+
+
+def _records(annotations: Mapping[str, Any]) -> list[dict[str, Any]]:
+    raw = annotations.get(REMEDIATIONS_ANNOTATION)
     try:
         records = json.loads(raw) if raw else []
     except json.JSONDecodeError:
