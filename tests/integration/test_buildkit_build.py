@@ -62,6 +62,7 @@ from glm_operator.render.imagebuild import (
     cache_ref,
     glmimage_manifest,
 )
+from glm_operator.render.imagestate import build_step
 from tests.support.cluster import CLUSTER_DIR, REPO, script_env
 from tests.support.wheel import build_plugin_wheel
 
@@ -341,6 +342,14 @@ def test_the_rendered_build_job_pushes_the_patched_image_and_reports_its_digest(
     repository, tag = ref.removeprefix(f"{builders.registry}/").rsplit(":", 1)
     assert build.digest.startswith("sha256:") and len(build.digest) == 71, build.digest
     assert builders.manifest_digest(repository, tag) == build.digest  # what the GLMImage pins is what was pushed
+    # What the operator reads of a running build's log for status.step names each RUN step as it starts.
+    lines = build.output.splitlines()
+    opened = [i for i, line in enumerate(lines) if re.match(r"#\d+ \[\d+/\d+\] RUN ", line)]
+    assert opened, build.output[-3000:]
+    for i in opened:
+        name = lines[i].split(" ", 1)[1]
+        assert build_step("\n".join(lines[: i + 1])) == (name if len(name) <= 200 else name[:197] + "...")
+    assert (build_step(build.output) or "").endswith("(done)"), build_step(build.output)
     labels = builders.image_config(repository, build.digest)["config"]["Labels"]
     catalog = Catalogs.packaged().images
     assert labels["dev.glmops.vllm-version"] == "0.34.0"

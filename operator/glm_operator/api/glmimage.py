@@ -74,6 +74,11 @@ class GLMImageStatus(_Model):
     log_tail: str | None = Field(
         default=None, max_length=8192, description="The end of the build log when the build failed."
     )
+    step: str | None = Field(
+        default=None,
+        max_length=256,
+        description="While Building: the step the build is at, from its log (BuildKit: `[2/3] RUN ...`).",
+    )
     attempts: int | None = Field(default=None, ge=0, description="Build Jobs started for this object.")
     observed_generation: int | None = Field(default=None, ge=0, description="The .metadata.generation acted on.")
     conditions: list[Condition] = Field(

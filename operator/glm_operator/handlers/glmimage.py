@@ -30,11 +30,12 @@ def build(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, memo: kopf.Me
 
 
 def follow(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    """Record the build Job's outcome once it finished: the digest, or the reason and log tail."""
+    """Record the step a running build is at, and its outcome once it finished: the digest, or the reason and log
+    tail."""
     status = follow_build(dict(body), runtime(memo).image_build)
     patch.status.update(status)
     metrics.record_build_finished(body, status)
-    if status:
+    if status.get("conditions"):  # finished (a step alone is progress, said in status only)
         built = next(c for c in status["conditions"] if c["type"] == ImageConditionType.BUILT)
         (kopf.info if built["status"] == "True" else kopf.warn)(body, reason=built["reason"], message=built["message"])
 

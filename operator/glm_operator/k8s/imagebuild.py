@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import httpx
 import kubernetes
+import urllib3
 from kubernetes.dynamic.exceptions import ConflictError
 
 from glm_operator.api import GROUP, VERSION
@@ -25,12 +26,16 @@ from glm_operator.k8s.objects import dynamic
 from glm_operator.k8s.registry import Credentials, RegistryError, credentials_for, remote_digest, split_ref
 from glm_operator.planner.image import ImageObserved, needs_start, plan_follow, plan_start
 from glm_operator.render.imagebuild import (
+    BUILD_CONTAINER,
     REGISTRY_CA_KEY,
     BuildSettings,
     job_name,
 )
 
 log = logging.getLogger(__name__)
+LOG_LINES = 400  # the end of a running build's log, read for the step it is at
+LOG_BYTES = 65536
+LOG_TIMEOUT_S = 10  # a kubelet that does not answer costs the follow-up this long, never the build
 
 
 def _custom() -> Any:
@@ -127,9 +132,38 @@ def follow_build(body: dict[str, Any], settings: BuildSettings) -> dict[str, Any
         return plan_follow(body, None, [], settings)
     pods = core_v1().list_namespaced_pod(settings.namespace, label_selector=f"batch.kubernetes.io/job-name={name}")
     client = api_client()
-    return plan_follow(
-        body, client.sanitize_for_serialization(job), client.sanitize_for_serialization(pods)["items"], settings
-    )
+    items = client.sanitize_for_serialization(pods)["items"]
+    job_body = client.sanitize_for_serialization(job)
+    return plan_follow(body, job_body, items, settings, _build_log(items, settings))
+
+
+def _build_log(pods: list[dict[str, Any]], settings: BuildSettings) -> str | None:
+    """The end of the running build container's log (the step it is at), or None: no such container yet, or the
+    log cannot be read (it only says how far the build got)."""
+    running = [
+        p["metadata"]["name"]
+        for p in pods
+        if any(
+            s.get("name") == BUILD_CONTAINER and (s.get("state") or {}).get("running")
+            for s in (p.get("status") or {}).get("containerStatuses") or []
+        )
+    ]
+    if not running:
+        return None
+    try:
+        return str(
+            core_v1().read_namespaced_pod_log(
+                running[0],
+                settings.namespace,
+                container=BUILD_CONTAINER,
+                tail_lines=LOG_LINES,
+                limit_bytes=LOG_BYTES,
+                _request_timeout=LOG_TIMEOUT_S,
+            )
+        )
+    except (kubernetes.client.ApiException, urllib3.exceptions.HTTPError) as err:
+        log.debug("cannot read the build log of %s: %s", running[0], err)
+        return None
 
 
 def patch_glmimage_status(name: str, status: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from glm_operator.api.glmimage import GLMImage, ImagePhase
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.render.dockerfile import build_args, render_dockerfile
 from glm_operator.render.imagebuild import BuildSettings, build_job, context_configmap, job_name
-from glm_operator.render.imagestate import BuildOutcome, build_outcome, image_status
+from glm_operator.render.imagestate import BuildOutcome, build_outcome, build_step, image_status
 
 
 @dataclass(frozen=True)
@@ -85,15 +85,23 @@ def plan_start(
 
 
 def plan_follow(
-    body: dict[str, Any], job: dict[str, Any] | None, pods: list[dict[str, Any]], settings: BuildSettings
+    body: dict[str, Any],
+    job: dict[str, Any] | None,
+    pods: list[dict[str, Any]],
+    settings: BuildSettings,
+    log: str | None = None,
 ) -> dict[str, Any]:
-    """The status to write once the build Job finished ({} while it runs, or a failure if the Job vanished)."""
+    """The status to write: once the build Job finished, its outcome; while it runs, the step its log (`log`, the
+    end of the build container's) shows, when that changed; {} for nothing new."""
     image = GLMImage.model_validate(body)
     status: dict[str, Any] = body.get("status") or {}
     generation = image.metadata.get("generation")
     if job is None:
         where = f"{settings.namespace}/{job_name(image)}"
         gone = BuildOutcome(False, "JobMissing", f"build Job {where} disappeared before finishing")
-        return image_status(status, gone, image.spec.image, generation)
+        return {**image_status(status, gone, image.spec.image, generation), "step": None}
     outcome = build_outcome(job, pods)
-    return {} if outcome is None else image_status(status, outcome, image.spec.image, generation)
+    if outcome is not None:
+        return {**image_status(status, outcome, image.spec.image, generation), "step": None}
+    step = build_step(log) if log else None
+    return {"step": step} if step is not None and step != image.status.step else {}

@@ -17,7 +17,15 @@ from glm_operator.api.glmimage import DIGEST_PATTERN, ImagePhase
 from glm_operator.render.imagebuild import BUILD_CONTAINER
 
 LOG_TAIL_CHARS = 4000
+STEP_CHARS = 200
 _DIGEST = re.compile(DIGEST_PATTERN)
+# BuildKit's plain progress (what buildctl prints without a terminal): `#<vertex> <name>` opens a step, later lines of
+# the same vertex are its output, its progress or its end (`#<vertex> DONE 1.2s`, `CACHED`, `ERROR: ...`).
+_BUILDKIT_LINE = re.compile(r"^#(\d+) (.*)$")
+_BUILDKIT_END = re.compile(r"^(DONE \d|CACHED$|ERROR[: ]|CANCELED)")
+_BUILDKIT_OUTPUT = re.compile(r"^\d+\.\d+ ")  # a step's own output, after the seconds since it began
+# kaniko's log: `INFO[0003] RUN pip install ...`.
+_KANIKO_LINE = re.compile(r"^INFO\[\d+\] (.+)$")
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,35 @@ def parse_digest(text: str | None) -> str | None:
     """The digest a builder wrote (`sha256:` and 64 lowercase hex digits), or None for anything else."""
     candidate = (text or "").strip()
     return candidate if _DIGEST.fullmatch(candidate) else None
+
+
+def build_step(log: str) -> str | None:
+    """The step a running build is at, read from the end of its log: BuildKit's `[2/3] RUN ...` (with `done` once
+    it ended and nothing newer began; `step #8: <its last output>` when the step's first line is older than the
+    tail read), or kaniko's last line; None when the log says nothing yet."""
+    names: dict[str, str] = {}
+    last: tuple[str, str] | None = None
+    kaniko: str | None = None
+    for line in log.splitlines():
+        line = line.rstrip()
+        if found := _BUILDKIT_LINE.match(line):
+            vertex, text = found[1], found[2]
+            if vertex not in names and not _BUILDKIT_OUTPUT.match(text) and not _BUILDKIT_END.match(text):
+                names[vertex] = text
+            last = (vertex, text)
+        elif found := _KANIKO_LINE.match(line):
+            kaniko = found[1]
+    if last is not None:
+        vertex, text = last
+        if vertex not in names:
+            step = f"step #{vertex}: {_BUILDKIT_OUTPUT.sub('', text)}"
+        else:
+            step = names[vertex] + (" (done)" if _BUILDKIT_END.match(text) else "")
+    elif kaniko is not None:
+        step = kaniko
+    else:
+        return None
+    return step if len(step) <= STEP_CHARS else step[: STEP_CHARS - 3] + "..."
 
 
 def tail(text: str, chars: int = LOG_TAIL_CHARS) -> str:
@@ -153,7 +190,8 @@ def image_gate(glmimage: dict[str, Any], wanted: str) -> ImageGate:
             "to build again",
         )
     if phase == ImagePhase.BUILDING.value:
+        step = f", at {status['step']}" if status.get("step") else ""
         return ImageGate(
-            None, "True", ImageReason.BUILDING, f"Job {status.get('job', '')} builds {wanted} (GLMImage {name})"
+            None, "True", ImageReason.BUILDING, f"Job {status.get('job', '')} builds {wanted} (GLMImage {name}){step}"
         )
     return ImageGate(None, "True", ImageReason.PENDING, f"waiting for GLMImage {name} to start building {wanted}")
