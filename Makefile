@@ -75,7 +75,8 @@ images: system-deps
 
 .PHONY: images-test
 images-test: venv images
-	@.venv/bin/pytest -p no:cacheprovider tests/images/test_operator_image.py tests/images/test_release.py $(IMAGES_PYTEST_ARGS)
+	@.venv/bin/pytest -p no:cacheprovider tests/images/test_operator_image.py tests/images/test_release.py \
+	  tests/images/test_buildkit_image.py $(IMAGES_PYTEST_ARGS)
 
 # The CPU variant of the patched vLLM image, from the environment hack/vllm-cpu-env.sh installed (6.7 GB).
 .PHONY: vllm-cpu-image

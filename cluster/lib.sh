@@ -16,7 +16,7 @@ bin_dir() {
 
 # BuildKit and the registry (cluster/build-image-tools.sh), keyed by their own pins only.
 image_tools_dir() {
-  echo "$(cache_root)/bin/buildkit-${BUILDKIT_VERSION}_registry-${REGISTRY_VERSION}"
+  echo "$(cache_root)/bin/buildkit-${BUILDKIT_VERSION}_registry-${REGISTRY_VERSION}_rootlesskit-${ROOTLESSKIT_VERSION}"
 }
 
 # The LeaderWorkerSet controller (cluster/build.sh, cluster/lws.sh), keyed by its own pin, so a new LWS release never

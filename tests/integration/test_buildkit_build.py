@@ -63,6 +63,7 @@ from glm_operator.render.imagebuild import (
     glmimage_manifest,
 )
 from glm_operator.render.imagestate import build_step
+from tests.support.buildkit import STAND_IN
 from tests.support.cluster import CLUSTER_DIR, REPO, script_env
 from tests.support.wheel import build_plugin_wheel
 
@@ -72,17 +73,6 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("podman") is None, reason="podman holds the Debian base (make images)"),
 ]
 PODMAN_ENV = {**os.environ, "CONTAINERS_CONF": str(REPO / "hack" / "containers.conf")}
-STAND_IN = """\
-ARG BASE
-FROM ${BASE}
-ARG VLLM_VERSION
-# What glmops' Dockerfile reads of vLLM's images: pip in the system interpreter, and vLLM's distribution record.
-# (Debian's ensurepip refuses the system interpreter; pip runs from the wheel Debian ships for venv.)
-RUN w=$(ls /usr/share/python-wheels/pip-*.whl) \\
-    && python3 "$w/pip" install --quiet --break-system-packages --no-index --no-cache-dir "$w" \\
-    && d=/usr/local/lib/python3.11/dist-packages/vllm-${VLLM_VERSION}.dist-info && mkdir -p "$d" \\
-    && printf 'Metadata-Version: 2.1\\nName: vllm\\nVersion: %s\\n' "${VLLM_VERSION}" > "$d/METADATA"
-"""
 STOCK = {"cuda": "vllm/vllm-openai", "rocm": "vllm/vllm-openai-rocm"}
 POD_DIRS = (REGISTRY_CA_DIR, DOCKER_CONFIG_DIR, BUILD_CONFIG_DIR)
 
