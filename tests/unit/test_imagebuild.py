@@ -21,6 +21,7 @@ from glm_operator.render.imagebuild import (
     BuildSettings,
     ImageBuildError,
     build_job,
+    buildkitd_config,
     cache_ref,
     context_configmap,
     glmimage_manifest,
@@ -462,3 +463,69 @@ def test_without_a_registry_ca_the_build_keeps_the_daemons_defaults() -> None:
     assert "registry-ca" not in json.dumps(main) and "/etc/glmops/build" not in json.dumps(main)
     assert set(context_configmap(image, settings, "FROM x\n", b"wheel")["data"]) == {"Dockerfile"}
     assert BuildSettings.from_env({"GLMOPS_IMAGE_BUILD_REGISTRY_CA": "ca"}).registry_ca == "ca"
+
+
+MIRRORS = {"docker.io": ["mirror.example.com:5000"]}
+
+
+def test_mirrors_reach_buildkits_daemon_configuration_plain_http_ones_too() -> None:
+    image = glmimage(Builder.BUILDKIT)
+    tls = BuildSettings(enabled=True, registry=REGISTRY, builder=Builder.BUILDKIT, mirrors=MIRRORS)
+    assert buildkitd_config(image, tls) == '[registry."docker.io"]\n  mirrors = ["mirror.example.com:5000"]\n'
+    plain = BuildSettings(enabled=True, registry=REGISTRY, builder=Builder.BUILDKIT, mirrors=MIRRORS, insecure=True)
+    assert buildkitd_config(image, plain) == (
+        '[registry."docker.io"]\n  mirrors = ["mirror.example.com:5000"]\n'
+        '[registry."mirror.example.com:5000"]\n  http = true\n  insecure = true\n'
+    )
+    main = container(build_job(image, plain, ARGS))
+    assert (
+        "--config=/etc/glmops/build/buildkitd.toml" in {e["name"]: e["value"] for e in main["env"]}["BUILDKITD_FLAGS"]
+    )
+    both = BuildSettings(
+        enabled=True, registry=REGISTRY, builder=Builder.BUILDKIT, mirrors=MIRRORS, registry_ca="registry-ca"
+    )
+    assert buildkitd_config(image, both) == (
+        '[registry."docker.io"]\n  mirrors = ["mirror.example.com:5000"]\n'
+        '[registry."registry.example.com"]\n  http = false\n  ca = ["/etc/glmops/registry-ca/ca.crt"]\n'
+    )
+
+
+def test_kaniko_mirrors_docker_hub_only() -> None:
+    settings = BuildSettings(enabled=True, registry=REGISTRY, builder=Builder.KANIKO, mirrors=MIRRORS)
+    assert (
+        "--registry-mirror=mirror.example.com:5000"
+        in container(build_job(glmimage(Builder.KANIKO), settings, ARGS))["args"]
+    )
+    with pytest.raises(ImageBuildError, match="kaniko mirrors Docker Hub only"):
+        BuildSettings(enabled=True, registry=REGISTRY, builder=Builder.KANIKO, mirrors={"ghcr.io": ["m.example.com"]})
+
+
+def test_build_pods_go_where_the_settings_say_and_always_on_amd64() -> None:
+    toleration = {"key": "builds", "operator": "Exists", "effect": "NoSchedule"}
+    settings = BuildSettings.from_env(
+        {
+            "GLMOPS_IMAGE_BUILD_NODE_SELECTOR": '{"pool": "builds"}',
+            "GLMOPS_IMAGE_BUILD_TOLERATIONS": json.dumps([toleration]),
+            "GLMOPS_IMAGE_BUILD_REGISTRY_MIRRORS": json.dumps(MIRRORS),
+        }
+    )
+    assert settings.mirrors == MIRRORS
+    pod = build_job(glmimage(Builder.BUILDKIT), settings, ARGS)["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "builds", "kubernetes.io/arch": "amd64"}
+    assert pod["tolerations"] == [toleration]
+    assert "tolerations" not in build_job(glmimage(Builder.BUILDKIT), ON, ARGS)["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(
+    ("env", "error"),
+    [
+        ({"GLMOPS_IMAGE_BUILD_NODE_SELECTOR": '{"kubernetes.io/arch": "arm64"}'}, "drop that label"),
+        ({"GLMOPS_IMAGE_BUILD_NODE_SELECTOR": '["pool"]'}, "GLMOPS_IMAGE_BUILD_NODE_SELECTOR must be a JSON object"),
+        ({"GLMOPS_IMAGE_BUILD_TOLERATIONS": '[{"key": "a", "colour": "red"}]'}, "GLMOPS_IMAGE_BUILD_TOLERATIONS must"),
+        ({"GLMOPS_IMAGE_BUILD_REGISTRY_MIRRORS": '{"docker.io": "m.example.com"}'}, "map a registry host to a list"),
+        ({"GLMOPS_IMAGE_BUILD_REGISTRY_MIRRORS": "not json"}, "GLMOPS_IMAGE_BUILD_"),
+    ],
+)
+def test_unusable_placement_or_mirror_settings_are_refused_naming_the_variable(env: dict[str, str], error: str) -> None:
+    with pytest.raises(ImageBuildError, match=error):
+        BuildSettings.from_env(env)

@@ -66,6 +66,12 @@ class BuildSettings:
     # certificate from a private authority: the build trusts it for that registry, and so does the operator's
     # digest check. Empty: the system's authorities only.
     registry_ca: str = ""
+    # Registry mirrors the build pulls through, by registry host ({"docker.io": ["mirror.example.com"]}): how an
+    # air-gapped cluster reaches vLLM's stock images, the builds' bases. With `insecure` they speak plain HTTP too.
+    mirrors: dict[str, list[str]] = field(default_factory=dict)
+    # Where build pods may run, besides amd64 nodes: more node labels, and the taints they tolerate.
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
     plugin_wheel: str = f"{PLUGIN_DIR_IN_OPERATOR}/{PLUGIN_WHEEL}"
     deadline_seconds: int = 7200
     ttl_seconds: int = 86400
@@ -105,6 +111,9 @@ class BuildSettings:
                 insecure=get("INSECURE").lower() in _TRUE,
                 cache=get("CACHE", "registry") != "off",
                 registry_ca=get("REGISTRY_CA"),
+                mirrors=_mirrors(json.loads(get("REGISTRY_MIRRORS", "{}"))),
+                node_selector=_string_map("GLMOPS_IMAGE_BUILD_NODE_SELECTOR", json.loads(get("NODE_SELECTOR", "{}"))),
+                tolerations=_tolerations(json.loads(get("TOLERATIONS", "[]"))),
                 plugin_wheel=get("PLUGIN_WHEEL", cls.plugin_wheel),
                 deadline_seconds=int(get("DEADLINE_SECONDS", "7200")),
                 ttl_seconds=int(get("TTL_SECONDS", "86400")),
@@ -117,9 +126,51 @@ class BuildSettings:
         except (ValueError, TypeError) as err:
             raise ImageBuildError(f"GLMOPS_IMAGE_BUILD_*: {err}") from err
 
+    def __post_init__(self) -> None:
+        if self.node_selector.get(ARCH_LABEL, "amd64") != "amd64":
+            raise ImageBuildError(
+                f"GLMOPS_IMAGE_BUILD_NODE_SELECTOR sets {ARCH_LABEL}={self.node_selector[ARCH_LABEL]}: builds pull and"
+                " run vLLM's amd64 images, so build pods run on amd64 nodes; drop that label"
+            )
+        if self.builder is Builder.KANIKO and set(self.mirrors) - {"docker.io"}:
+            raise ImageBuildError(
+                "GLMOPS_IMAGE_BUILD_REGISTRY_MIRRORS: kaniko mirrors Docker Hub only (--registry-mirror); "
+                f"{', '.join(sorted(set(self.mirrors) - {'docker.io'}))} needs builder buildkit"
+            )
+
     @property
     def builder_image(self) -> str:
         return self.kaniko_image if self.builder is Builder.KANIKO else self.buildkit_image
+
+
+ARCH_LABEL = "kubernetes.io/arch"
+_TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
+
+
+def _string_map(name: str, value: Any) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ValueError(f"{name} must be a JSON object of strings, got {json.dumps(value)[:200]}")
+    return {str(k): v for k, v in value.items()}
+
+
+def _mirrors(value: Any) -> dict[str, list[str]]:
+    if not isinstance(value, dict) or not all(
+        isinstance(v, list) and v and all(isinstance(m, str) and m for m in v) for v in value.values()
+    ):
+        raise ValueError(
+            "GLMOPS_IMAGE_BUILD_REGISTRY_MIRRORS must map a registry host to a list of mirrors, "
+            'e.g. {"docker.io": ["mirror.example.com"]}'
+        )
+    return {str(host): [m.rstrip("/") for m in found] for host, found in value.items()}
+
+
+def _tolerations(value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not all(isinstance(t, dict) and set(t) <= _TOLERATION_KEYS for t in value):
+        raise ValueError(
+            "GLMOPS_IMAGE_BUILD_TOLERATIONS must be a JSON list of tolerations "
+            f"(fields {', '.join(sorted(_TOLERATION_KEYS))})"
+        )
+    return [dict(t) for t in value]
 
 
 def registry_host(ref: str) -> str:
@@ -198,12 +249,21 @@ def _meta(image: GLMImage, name: str, namespace: str) -> dict[str, Any]:
 
 
 def buildkitd_config(image: GLMImage, settings: BuildSettings) -> str | None:
-    """BuildKit's daemon configuration, where the defaults do not do: the registry's own certificate authority."""
-    if settings.builder is not Builder.BUILDKIT or not settings.registry_ca:
+    """BuildKit's daemon configuration, where the defaults do not do: the registry's own certificate authority, and
+    mirrors (plain HTTP ones, with `insecure`); None when the defaults do."""
+    if settings.builder is not Builder.BUILDKIT or not (settings.registry_ca or settings.mirrors):
         return None
-    # TLS, said outright: BuildKit would otherwise try plain HTTP first for a registry on a loopback address.
-    ca = f"{REGISTRY_CA_DIR}/{REGISTRY_CA_KEY}"
-    return f'[registry."{registry_host(image.spec.image)}"]\n  http = false\n  ca = ["{ca}"]\n'
+    hosts: dict[str, list[str]] = {}
+    for host, mirrors in settings.mirrors.items():
+        hosts.setdefault(host, []).append(f"mirrors = [{', '.join(json.dumps(m) for m in mirrors)}]")
+        for mirror in mirrors:
+            if settings.insecure:
+                hosts.setdefault(mirror.split("/", 1)[0], []).extend(["http = true", "insecure = true"])
+    if settings.registry_ca:
+        # TLS, said outright: BuildKit would otherwise try plain HTTP first for a registry on a loopback address.
+        ca = f"{REGISTRY_CA_DIR}/{REGISTRY_CA_KEY}"
+        hosts.setdefault(registry_host(image.spec.image), []).extend(["http = false", f'ca = ["{ca}"]'])
+    return "".join(f'[registry."{host}"]\n' + "".join(f"  {line}\n" for line in lines) for host, lines in hosts.items())
 
 
 def context_configmap(image: GLMImage, settings: BuildSettings, dockerfile: str, wheel: bytes) -> dict[str, Any]:
@@ -240,6 +300,7 @@ def _kaniko(image: GLMImage, settings: BuildSettings, args: dict[str, str]) -> d
         flags += [f"--insecure-registry={host}", f"--skip-tls-verify-registry={host}"]
     if settings.registry_ca:
         flags.append(f"--registry-certificate={host}={REGISTRY_CA_DIR}/{REGISTRY_CA_KEY}")
+    flags += [f"--registry-mirror={mirror}" for mirror in settings.mirrors.get("docker.io", [])]
     return {
         "command": ["/kaniko/executor"],
         "args": flags,
@@ -376,7 +437,8 @@ def build_job(image: GLMImage, settings: BuildSettings, args: dict[str, str]) ->
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,
                     # The build pulls and runs the base image's own architecture: vLLM's are amd64.
-                    "nodeSelector": {"kubernetes.io/arch": "amd64"},
+                    "nodeSelector": {**settings.node_selector, ARCH_LABEL: "amd64"},
+                    **({"tolerations": settings.tolerations} if settings.tolerations else {}),
                     "initContainers": [_copy_context(settings, container["securityContext"])],
                     "containers": [container],
                     "volumes": _volumes(image, settings),
