@@ -529,3 +529,19 @@ def test_build_pods_go_where_the_settings_say_and_always_on_amd64() -> None:
 def test_unusable_placement_or_mirror_settings_are_refused_naming_the_variable(env: dict[str, str], error: str) -> None:
     with pytest.raises(ImageBuildError, match=error):
         BuildSettings.from_env(env)
+
+
+def test_the_build_containers_resources_default_to_room_for_a_vllm_base_and_can_be_set() -> None:
+    default = container(build_job(glmimage(Builder.BUILDKIT), ON, ARGS))["resources"]
+    assert default == {"requests": {"cpu": "2", "memory": "8Gi", "ephemeral-storage": "100Gi"}}
+    small = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}
+    settings = BuildSettings.from_env({"GLMOPS_IMAGE_BUILD_RESOURCES": json.dumps(small)})
+    assert container(build_job(glmimage(Builder.KANIKO), settings, ARGS))["resources"] == small
+    chart = yaml.safe_load((Path(__file__).parents[2] / "charts" / "glmops" / "values.yaml").read_text())
+    assert chart["imageBuild"]["resources"] == default
+    with pytest.raises(ImageBuildError, match="GLMOPS_IMAGE_BUILD_RESOURCES must be a JSON object"):
+        BuildSettings.from_env({"GLMOPS_IMAGE_BUILD_RESOURCES": '{"request": {"cpu": "1"}}'})
+    with pytest.raises(
+        ImageBuildError, match=r"GLMOPS_IMAGE_BUILD_RESOURCES.requests must be a JSON object of strings"
+    ):
+        BuildSettings.from_env({"GLMOPS_IMAGE_BUILD_RESOURCES": '{"requests": {"cpu": 1}}'})

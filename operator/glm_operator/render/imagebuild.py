@@ -72,6 +72,8 @@ class BuildSettings:
     # Where build pods may run, besides amd64 nodes: more node labels, and the taints they tolerate.
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict[str, Any]] = field(default_factory=list)
+    # The build container's resources: a vLLM base is many GiB unpacked, so the default asks for room to hold it.
+    resources: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_BUILD_RESOURCES))
     plugin_wheel: str = f"{PLUGIN_DIR_IN_OPERATOR}/{PLUGIN_WHEEL}"
     deadline_seconds: int = 7200
     ttl_seconds: int = 86400
@@ -114,6 +116,7 @@ class BuildSettings:
                 mirrors=_mirrors(json.loads(get("REGISTRY_MIRRORS", "{}"))),
                 node_selector=_string_map("GLMOPS_IMAGE_BUILD_NODE_SELECTOR", json.loads(get("NODE_SELECTOR", "{}"))),
                 tolerations=_tolerations(json.loads(get("TOLERATIONS", "[]"))),
+                resources=_resources(json.loads(get("RESOURCES", "null"))),
                 plugin_wheel=get("PLUGIN_WHEEL", cls.plugin_wheel),
                 deadline_seconds=int(get("DEADLINE_SECONDS", "7200")),
                 ttl_seconds=int(get("TTL_SECONDS", "86400")),
@@ -144,6 +147,7 @@ class BuildSettings:
 
 
 ARCH_LABEL = "kubernetes.io/arch"
+DEFAULT_BUILD_RESOURCES: dict[str, Any] = {"requests": {"cpu": "2", "memory": "8Gi", "ephemeral-storage": "100Gi"}}
 _TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 
 
@@ -171,6 +175,14 @@ def _tolerations(value: Any) -> list[dict[str, Any]]:
             f"(fields {', '.join(sorted(_TOLERATION_KEYS))})"
         )
     return [dict(t) for t in value]
+
+
+def _resources(value: Any) -> dict[str, Any]:
+    if value is None:
+        return dict(DEFAULT_BUILD_RESOURCES)
+    if not isinstance(value, dict) or set(value) - {"requests", "limits"}:
+        raise ValueError("GLMOPS_IMAGE_BUILD_RESOURCES must be a JSON object with requests and/or limits")
+    return {key: _string_map(f"GLMOPS_IMAGE_BUILD_RESOURCES.{key}", found) for key, found in value.items()}
 
 
 def registry_host(ref: str) -> str:
@@ -417,7 +429,7 @@ def build_job(image: GLMImage, settings: BuildSettings, args: dict[str, str]) ->
         "volumeMounts": mounts,
         # On failure the kubelet puts the end of the build log into the termination message.
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "resources": {"requests": {"cpu": "2", "memory": "8Gi", "ephemeral-storage": "100Gi"}},
+        "resources": settings.resources,
     }
     meta = _meta(image, job_name(image), settings.namespace)
     test_annotations = settings.pod_annotations
