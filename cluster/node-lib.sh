@@ -113,7 +113,8 @@ node_restrict_oom() {
 node_write_configs() {
   local nd gw; nd="$(node_dir)"; gw="$(node_net gateway)"
   local pause_image; pause_image="$(sed -n 's/^PAUSE_IMAGE=//p' "$nd/images.env")"
-  mkdir -p "$nd/cni/net.d" "$nd/cni/ipam" "$nd/kubelet" "$nd/pod-logs" "$nd/volume-plugins" "$(node_run_dir)"
+  mkdir -p "$nd/cni/net.d" "$nd/cni/ipam" "$nd/kubelet" "$nd/pod-logs" "$nd/volume-plugins" "$(node_run_dir)" \
+    "$nd/certs.d"
   cat > "$nd/containerd.toml" <<EOF
 version = 2
 root = "$nd/containerd"
@@ -140,6 +141,10 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$CNI_BIN_DIR"
     conf_dir = "$nd/cni/net.d"
+  # Per-registry settings (<host>/hosts.toml: a plain-HTTP registry in the cluster, a mirror, an authority), read at
+  # each pull, as a node's administrator configures /etc/containerd/certs.d.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$nd/certs.d"
 EOF
   # No ipMasq: pods need not leave the machine, and without it the bridge plugin writes no iptables rules.
   cat > "$nd/cni/net.d/10-glmops.conflist" <<EOF

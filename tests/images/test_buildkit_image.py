@@ -1,4 +1,4 @@
-"""BuildKit's rootless builder image, made here (images/buildkit, hack/build-buildkit-image.sh), running the build Job
+"""BuildKit's rootless builder image, made here (images/buildkit, hack/build-tool-image.sh), running the build Job
 glmops renders as a container runtime runs the pod: both of the Job's containers, in order, under their rendered
 security settings turned into podman's flags (runc), with the pod's volumes as directories.
 
@@ -78,7 +78,7 @@ class Registry:
 @pytest.fixture(scope="module")
 def builder_image() -> str:
     done = subprocess.run(
-        [str(REPO / "hack" / "build-buildkit-image.sh")], cwd=REPO, capture_output=True, text=True, timeout=1800
+        [str(REPO / "hack" / "build-tool-image.sh")], cwd=REPO, capture_output=True, text=True, timeout=1800
     )
     assert done.returncode == 0, done.stderr[-5000:]
     image = dict(line.split("=", 1) for line in done.stdout.splitlines())["image"]
