@@ -368,7 +368,16 @@ def test_the_rendered_build_job_pushes_the_patched_image_and_reports_its_digest(
         assert ran.stdout.split() == [PLUGIN_VERSION, "0.34.0"]
     finally:
         subprocess.run(["podman", "rmi", "--force", pinned], env=PODMAN_ENV, capture_output=True, timeout=120)
-    print(f"\nbuild of {ref}: {build.seconds:.1f} s (stand-in base, first build)")
+    # What glmops adds to the stock image: the layers after the base's (the base is the stand-in's Debian image).
+    base = builders.manifest(STOCK["cuda"], builders.manifest_digest(STOCK["cuda"], "v0.34.0") or "")["layers"]
+    layers = builders.manifest(repository, build.digest)["layers"]
+    assert [x["digest"] for x in layers[: len(base)]] == [x["digest"] for x in base], "the stock image's layers, kept"
+    added = [x["size"] for x in layers[len(base) :]]
+    assert added, "glmops' own layer"
+    print(
+        f"\nbuild of {ref}: {build.seconds:.1f} s (stand-in base, first build); glmops adds {len(added)} layer(s),"
+        f" {sum(added) / 1024:.1f} KiB compressed, on a base of {sum(x['size'] for x in base) / 2**20:.1f} MiB"
+    )
 
 
 def test_a_build_in_a_new_pod_takes_every_step_from_the_registry_cache(builders: Builders) -> None:
