@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from glm_operator.api.crd import build_crd, render_crd_yaml
+from glm_operator.api.crd import build_crd, build_image_crd, render_crd_yaml
 from glm_operator.cli.generate import GENERATED
 from glm_operator.cli.main import main
 from tests.support.cluster import REPO
@@ -154,3 +154,10 @@ def test_crd_names_match_the_api() -> None:
 
 def test_rendered_yaml_round_trips() -> None:
     assert yaml.safe_load(render_crd_yaml()) == build_crd()
+
+
+def test_a_glmimage_shows_its_build_step_in_the_wide_listing() -> None:
+    columns = build_image_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
+    (step,) = [c for c in columns if c["name"] == "Step"]
+    assert step == {"name": "Step", "type": "string", "jsonPath": ".status.step", "priority": 1}
+    assert [c["name"] for c in columns if not c.get("priority")] == ["Platform", "vLLM", "Phase", "Age"]

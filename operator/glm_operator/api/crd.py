@@ -131,6 +131,7 @@ IMAGE_PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Platform", "type": "string", "jsonPath": ".spec.platform"},
     {"name": "vLLM", "type": "string", "jsonPath": ".spec.vllmVersion"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Step", "type": "string", "jsonPath": ".status.step", "priority": 1},
     {"name": "Image", "type": "string", "jsonPath": ".spec.image", "priority": 1},
     {"name": "Digest", "type": "string", "jsonPath": ".status.digest", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
