@@ -36,6 +36,7 @@ from tests.conftest import OperatorProcess
 from tests.images.test_operator_image import podman
 from tests.support.buildkit import STAND_IN
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually
+from tests.support.installed import free_port
 from tests.support.realnode import NODE_NAME, REAL_NODE_AND_PODMAN, TAINT_KEY, TOLERATION, RealNode
 from tests.support.wheel import build_plugin_wheel
 
@@ -150,6 +151,9 @@ def operator(node: RealNode, registry: str, tmp_path_factory: pytest.TempPathFac
         "GLMOPS_IMAGE_BUILD_NAMESPACE": NS,
         "GLMOPS_IMAGE_BUILD_PLUGIN_WHEEL": str(wheel),
         "GLMOPS_IMAGE_BUILD_POLL_SECONDS": "1",
+        # Its own ports: the session's operator (of the shared test cluster) may be serving on the usual ones.
+        "GLMOPS_WEBHOOK_PORT": str(free_port()),
+        "GLMOPS_METRICS_PORT": str(free_port()),
     }
     cluster = Cluster(node.bin_dir, node.state_dir, kubectl.kubeconfig, kubectl)
     process = OperatorProcess(cluster, env, name="operator-real-node-build")
