@@ -60,6 +60,7 @@ def _image(kind: str) -> tuple[str, str]:
 @pytest.fixture(scope="module")
 def node(real_node: RealNode) -> Iterator[RealNode]:
     """The real node with the builder and registry images in its containerd, and a namespace for the test."""
+    real_node.ensure_up()  # an earlier module may have stopped it
     for kind in ("buildkit", "registry"):
         _, archive = _image(kind)
         real_node.ctr("images", "import", archive, timeout=600)
