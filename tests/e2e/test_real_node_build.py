@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -34,7 +33,7 @@ from glm_operator.render.dockerfile import PLUGIN_VERSION
 from glm_operator.render.imagebuild import glmimage_manifest, image_name
 from tests.conftest import OperatorProcess
 from tests.images.test_operator_image import podman
-from tests.support.buildkit import STAND_IN
+from tests.support.buildkit import STAND_IN, PlainRegistry
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually
 from tests.support.installed import free_port
 from tests.support.realnode import NODE_NAME, REAL_NODE_AND_PODMAN, TAINT_KEY, TOLERATION, RealNode
@@ -179,17 +178,6 @@ def _create_glmimage(kubectl: Kubectl, version: str) -> None:
     kubectl.apply(body)
 
 
-def _registry_digest(pod_ip: str, ref: str) -> str:
-    repository, tag = ref.removeprefix(f"{REGISTRY}/").rsplit(":", 1)
-    request = urllib.request.Request(
-        f"http://{pod_ip}:5000/v2/{repository}/manifests/{tag}",
-        method="HEAD",
-        headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return str(response.headers["Docker-Content-Digest"])
-
-
 def test_the_build_job_runs_on_the_real_node_and_the_image_is_pulled_there_by_digest(
     node: RealNode, registry: str, operator: OperatorProcess
 ) -> None:
@@ -207,7 +195,9 @@ def test_the_build_job_runs_on_the_real_node_and_the_image_is_pulled_there_by_di
     status = eventually(finished, timeout=600, interval=0.5, what="the GLMImage's build to finish")
     built_s = time.monotonic() - started
     assert status["phase"] == "Succeeded", json.dumps(status, indent=1)[-4000:]
-    assert status["digest"] == _registry_digest(registry, _ref(VERSION)), "the pinned digest is the one pushed"
+    repository, tag = _ref(VERSION).removeprefix(f"{REGISTRY}/").rsplit(":", 1)
+    pushed = PlainRegistry(f"{registry}:5000").digest(repository, tag)
+    assert status["digest"] == pushed, "the pinned digest is the one pushed"
     assert steps, "the step was never reported while the build ran"
     job = kubectl.run("get", "pods", "-n", NS, "-l", f"glmops.dev/image={_name(VERSION)}", "-o", "json").stdout
     (pod,) = json.loads(job)["items"]

@@ -18,14 +18,12 @@ tests/integration/test_buildkit_build.py (Debian, pip, a `vllm` distribution rec
 from __future__ import annotations
 
 import base64
-import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,7 +37,7 @@ from glm_operator.planner.image import ImageObserved, plan_start
 from glm_operator.render.dockerfile import PLUGIN_VERSION
 from glm_operator.render.imagebuild import DEFAULT_BUILDKIT_IMAGE, BuildSettings, glmimage_manifest
 from tests.images.test_operator_image import _free_port, podman
-from tests.support.buildkit import STAND_IN
+from tests.support.buildkit import STAND_IN, PlainRegistry, answers
 from tests.support.cluster import CLUSTER_DIR, REPO
 from tests.support.wheel import build_plugin_wheel
 
@@ -57,22 +55,9 @@ class Registry:
     address: str
     workdir: Path
 
-    def digest(self, repository: str, tag: str) -> str:
-        request = urllib.request.Request(
-            f"http://{self.address}/v2/{repository}/manifests/{tag}",
-            method="HEAD",
-            headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return str(response.headers["Docker-Content-Digest"])
-
-    def labels(self, repository: str, digest: str) -> dict[str, str]:
-        url = f"http://{self.address}/v2/{repository}"
-        accept = {"Accept": "application/vnd.oci.image.manifest.v1+json"}
-        with urllib.request.urlopen(urllib.request.Request(f"{url}/manifests/{digest}", headers=accept)) as r:
-            manifest = json.load(r)
-        with urllib.request.urlopen(f"{url}/blobs/{manifest['config']['digest']}") as r:
-            return dict(json.load(r)["config"]["Labels"])
+    @property
+    def plain(self) -> PlainRegistry:
+        return PlainRegistry(self.address)
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +91,7 @@ def registry(builder_image: str) -> Iterator[Registry]:
     proc = subprocess.Popen([str(tools / "registry"), "serve", str(workdir / "registry.yml")], stdout=log, stderr=log)
     try:
         deadline = time.monotonic() + 30
-        while not _answers(f"http://{address}/v2/"):
+        while not answers(f"http://{address}/v2/"):
             assert proc.poll() is None and time.monotonic() < deadline, (workdir / "registry.log").read_text()
             time.sleep(0.2)
         base = subprocess.run(
@@ -126,14 +111,6 @@ def registry(builder_image: str) -> Iterator[Registry]:
         proc.wait(timeout=30)
         log.close()
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2):
-            return True
-    except OSError:
-        return False
 
 
 def _security_flags(container: dict[str, Any], keep: bool = True) -> list[str]:
@@ -229,8 +206,8 @@ def test_the_builder_image_runs_the_rendered_job_rootless_and_pushes_the_planned
     seconds = time.monotonic() - started
     assert run.returncode == 0, run.output[-4000:]
     repository, tag = run.ref.removeprefix(f"{registry.address}/").rsplit(":", 1)
-    assert run.termination == registry.digest(repository, tag), "the digest the Job reports is the one pushed"
-    labels = registry.labels(repository, run.termination)
+    assert run.termination == registry.plain.digest(repository, tag), "the digest the Job reports is the one pushed"
+    labels = registry.plain.image_config(repository, run.termination)["config"]["Labels"]
     assert labels["dev.glmops.vllm-version"] == VERSION and labels["dev.glmops.plugin-version"] == PLUGIN_VERSION
     print(f"\nthe rendered build Job in the builder image: {seconds:.1f} s (daemon start, base pull, build, push)")
 

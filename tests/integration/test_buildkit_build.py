@@ -63,7 +63,7 @@ from glm_operator.render.imagebuild import (
     glmimage_manifest,
 )
 from glm_operator.render.imagestate import build_step
-from tests.support.buildkit import STAND_IN
+from tests.support.buildkit import STAND_IN, PlainRegistry, answers
 from tests.support.cluster import CLUSTER_DIR, REPO, script_env
 from tests.support.wheel import build_plugin_wheel
 
@@ -132,32 +132,9 @@ class Builders:
         argv = [str(self.tools / "buildctl"), "--addr", f"unix://{socket or self.socket}", *args]
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
 
-    def manifest_digest(self, repository: str, tag: str) -> str | None:
-        request = urllib.request.Request(
-            f"http://{self.registry}/v2/{repository}/manifests/{tag}",
-            method="HEAD",
-            headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                return str(response.headers["Docker-Content-Digest"])
-        except urllib.error.HTTPError as err:
-            if err.code == 404:
-                return None
-            raise
-
-    def manifest(self, repository: str, digest: str) -> dict[str, Any]:
-        accept = {"Accept": "application/vnd.oci.image.manifest.v1+json"}
-        url = f"http://{self.registry}/v2/{repository}/manifests/{digest}"
-        with urllib.request.urlopen(urllib.request.Request(url, headers=accept)) as r:
-            return dict(json.load(r))
-
-    def image_config(self, repository: str, digest: str) -> dict[str, Any]:
-        manifest = self.manifest(repository, digest)
-        with urllib.request.urlopen(
-            f"http://{self.registry}/v2/{repository}/blobs/{manifest['config']['digest']}"
-        ) as r:
-            return dict(json.load(r))
+    @property
+    def plain(self) -> PlainRegistry:
+        return PlainRegistry(self.registry)
 
     def stand_in(self, platform: str, tag: str, vllm: str) -> None:
         """The stand-in stock image `<stock>:<tag>` carrying vLLM `vllm`, in the registry under Docker Hub's name."""
@@ -209,7 +186,7 @@ def builders() -> Iterator[Builders]:
                     [str(tools / "registry"), "serve", str(workdir / "registry.yml")], stdout=out, stderr=out
                 )
             )
-        _wait("the registry", lambda: _answers(f"http://{registry}/v2/"), procs[-1], log)
+        _wait("the registry", lambda: answers(f"http://{registry}/v2/"), procs[-1], log)
         # Docker Hub's names come from this registry, as from a mirror in an air-gapped cluster.
         (workdir / "buildkitd.toml").write_text(
             "[worker.oci]\n  enabled = true\n[worker.containerd]\n  enabled = false\n"
@@ -229,14 +206,6 @@ def builders() -> Iterator[Builders]:
             except subprocess.TimeoutExpired:
                 proc.kill()
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2):
-            return True
-    except OSError:
-        return False
 
 
 @dataclass
@@ -331,7 +300,7 @@ def test_the_rendered_build_job_pushes_the_patched_image_and_reports_its_digest(
     ref = build.ref
     repository, tag = ref.removeprefix(f"{builders.registry}/").rsplit(":", 1)
     assert build.digest.startswith("sha256:") and len(build.digest) == 71, build.digest
-    assert builders.manifest_digest(repository, tag) == build.digest  # what the GLMImage pins is what was pushed
+    assert builders.plain.digest(repository, tag) == build.digest  # what the GLMImage pins is what was pushed
     # What the operator reads of a running build's log for status.step names each RUN step as it starts.
     lines = build.output.splitlines()
     opened = [i for i, line in enumerate(lines) if re.match(r"#\d+ \[\d+/\d+\] RUN ", line)]
@@ -340,7 +309,7 @@ def test_the_rendered_build_job_pushes_the_patched_image_and_reports_its_digest(
         name = lines[i].split(" ", 1)[1]
         assert build_step("\n".join(lines[: i + 1])) == (name if len(name) <= 200 else name[:197] + "...")
     assert (build_step(build.output) or "").endswith("(done)"), build_step(build.output)
-    labels = builders.image_config(repository, build.digest)["config"]["Labels"]
+    labels = builders.plain.image_config(repository, build.digest)["config"]["Labels"]
     catalog = Catalogs.packaged().images
     assert labels["dev.glmops.vllm-version"] == "0.34.0"
     assert labels["dev.glmops.patches"] == ",".join(catalog.patches_for("cuda", "0.34.0"))
@@ -369,8 +338,8 @@ def test_the_rendered_build_job_pushes_the_patched_image_and_reports_its_digest(
     finally:
         subprocess.run(["podman", "rmi", "--force", pinned], env=PODMAN_ENV, capture_output=True, timeout=120)
     # What glmops adds to the stock image: the layers after the base's (the base is the stand-in's Debian image).
-    base = builders.manifest(STOCK["cuda"], builders.manifest_digest(STOCK["cuda"], "v0.34.0") or "")["layers"]
-    layers = builders.manifest(repository, build.digest)["layers"]
+    base = builders.plain.manifest(STOCK["cuda"], builders.plain.digest(STOCK["cuda"], "v0.34.0") or "")["layers"]
+    layers = builders.plain.manifest(repository, build.digest)["layers"]
     assert [x["digest"] for x in layers[: len(base)]] == [x["digest"] for x in base], "the stock image's layers, kept"
     added = [x["size"] for x in layers[len(base) :]]
     assert added, "glmops' own layer"
@@ -385,7 +354,7 @@ def test_a_build_in_a_new_pod_takes_every_step_from_the_registry_cache(builders:
     first = _run_job(builders, "rocm", "0.33.0", "rocm-first")
     assert first.returncode == 0, first.output[-4000:]
     cache = cache_ref(first.ref).removeprefix(f"{builders.registry}/").rsplit(":", 1)
-    assert builders.manifest_digest(*cache) is not None, "the first build wrote its layer cache to the registry"
+    assert builders.plain.digest(*cache) is not None, "the first build wrote its layer cache to the registry"
     # A daemon with an empty state directory, as the next build Job's pod has: what it does not run again comes from
     # the cache the first build left in the registry, not from a daemon's memory.
     again = _run_job(builders, "rocm", "0.33.0", "rocm-again", socket=builders.daemon("buildkitd-new-pod"))
@@ -395,7 +364,9 @@ def test_a_build_in_a_new_pod_takes_every_step_from_the_registry_cache(builders:
     cached = {line.split()[0] for line in lines if line.endswith(" CACHED")}
     assert runs and runs <= cached, again.output[-4000:]
     repository = first.ref.removeprefix(f"{builders.registry}/").rsplit(":", 1)[0]
-    layers = [[layer["digest"] for layer in builders.manifest(repository, b.digest)["layers"]] for b in (first, again)]
+    layers = [
+        [layer["digest"] for layer in builders.plain.manifest(repository, b.digest)["layers"]] for b in (first, again)
+    ]
     assert layers[0] == layers[1], "the same layers"
     print(
         f"\nrocm 0.33.0: first build {first.seconds:.1f} s, in a new pod from the registry cache {again.seconds:.1f} s"
