@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from glm_operator.api.v1alpha1 import GSM8KSource
 from glm_operator.canary import fetch as fetch_module
 from glm_operator.canary.fetch import FetchRefused, fetch, public_address_problem
 from glm_operator.catalog.access_policy import AccessPolicy
@@ -202,12 +203,12 @@ def test_a_server_dripping_its_answer_is_cut_off_at_the_deadline(server: Callabl
 def test_a_canary_path_is_never_read_even_when_stored_before_admission_refused_it(tmp_path: Path) -> None:
     data = tmp_path / "test.jsonl"
     data.write_bytes(LINE)
-    body = {"metadata": {"namespace": "ns"}, "spec": {"canary": {"gsm8k": {"source": {"path": str(data)}}}}}
+    source = GSM8KSource.model_validate({"path": str(data)})
     with pytest.raises(FetchRefused, match="source.configMap"):
-        canary_data.gsm8k_for(body, AccessPolicy())
-    body["spec"]["canary"]["gsm8k"]["source"]["path"] = "/dev/zero"
+        canary_data.gsm8k_for(source, "ns", AccessPolicy())
+    source = GSM8KSource(path="/dev/zero")
     with pytest.raises(FetchRefused, match="reads no file"):
-        canary_data.gsm8k_for(body, AccessPolicy())
+        canary_data.gsm8k_for(source, "ns", AccessPolicy())
 
 
 def test_a_canary_url_the_policy_does_not_allow_is_not_fetched_by_the_operator(
@@ -221,7 +222,7 @@ def test_a_canary_url_the_policy_does_not_allow_is_not_fetched_by_the_operator(
 
     base = server(handle)
     monkeypatch.setattr(fetch_module, "public_address_problem", _only_test_server)
-    body = {"metadata": {"namespace": "ns"}, "spec": {"canary": {"gsm8k": {"source": {"url": base + "/x.jsonl"}}}}}
+    source = GSM8KSource.model_validate({"url": base + "/x.jsonl"})
     with pytest.raises(FetchRefused, match="allowedUrls"):
-        canary_data.gsm8k_for(body, AccessPolicy())
+        canary_data.gsm8k_for(source, "ns", AccessPolicy())
     assert asked == []

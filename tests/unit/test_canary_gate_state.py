@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from glm_operator.api.constants import Reason
+from glm_operator.api.v1alpha1 import GSM8KSource
 from glm_operator.canary.checks import acceptance, spec_counters
 from glm_operator.canary.client import reasoning_of
 from glm_operator.canary.results import CheckResult, SuiteResult
@@ -176,17 +177,17 @@ def test_gsm8k_comes_from_a_url_or_a_configmap(monkeypatch: pytest.MonkeyPatch) 
     url = f"http://127.0.0.1:{server.server_address[1]}/t"
     policy = AccessPolicy(canary_urls=(url,))
     try:
-        body = {"metadata": {"namespace": "ns"}, "spec": {"canary": {"gsm8k": {"source": {"url": url}}}}}
-        questions, _ = canary_data.gsm8k_for(body, policy)
+        source = GSM8KSource.model_validate({"url": url})
+        questions, _ = canary_data.gsm8k_for(source, "ns", policy)
         assert [q.label for q in questions] == ["7"]
     finally:
         server.shutdown()
     fake = SimpleNamespace(read_namespaced_config_map=lambda name, ns: SimpleNamespace(data={"test.jsonl": line}))
     monkeypatch.setattr(canary_data, "core_v1", lambda: fake)
-    body = {"metadata": {"namespace": "ns"}, "spec": {"canary": {"gsm8k": {"source": {"configMap": "gsm8k"}}}}}
-    assert canary_data.gsm8k_for(body, policy)[0][0].question == "Q1?"
+    source = GSM8KSource.model_validate({"configMap": "gsm8k"})
+    assert canary_data.gsm8k_for(source, "ns", policy)[0][0].question == "Q1?"
     monkeypatch.delenv("GLMOPS_GSM8K_PATH", raising=False)
-    assert len(canary_data.gsm8k_for({"metadata": {}, "spec": {}}, policy)[0]) == 200, "generated when no source"
+    assert len(canary_data.gsm8k_for(GSM8KSource(), "ns", policy)[0]) == 200, "generated when no source"
 
 
 def test_a_suite_that_could_not_run_backs_off_and_leaves_the_gate_and_failure_count_alone() -> None:

@@ -179,7 +179,8 @@ async def _check_once(
     if body is None:
         return None
     glmd = GLMDeployment.model_validate(body)
-    questions, shots = await _api(gsm8k_for, body, context.catalogs.get().access_policy, context.settings.gsm8k_path)
+    source, policy = glmd.spec.canary.gsm8k.source, context.catalogs.get().access_policy
+    questions, shots = await _api(gsm8k_for, source, pod.namespace, policy, context.settings.gsm8k_path)
     inputs: SuiteInputs = suite_inputs_for(glmd, context.catalogs.get(), questions, shots)
     client = OpenAIClient(f"http://{ip}:{VLLM_PORT}")
     try:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
+from glm_operator.api.v1alpha1 import GSM8KSource
 from glm_operator.canary.fetch import FetchRefused, fetch
 from glm_operator.canary.gsm8k_data import Item, generate, parse_jsonl
 from glm_operator.catalog.access_policy import AccessPolicy
@@ -37,19 +37,21 @@ def _from_url(url: str, policy: AccessPolicy) -> list[Item]:
 
 
 def gsm8k_for(
-    body: dict[str, Any], policy: AccessPolicy, default_path: str | None = None
+    source: GSM8KSource, namespace: str, policy: AccessPolicy, default_path: str | None = None
 ) -> tuple[list[Item], list[Item]]:
-    """Questions and few-shot examples; the operator-wide file (GLMOPS_GSM8K_PATH, `default_path`) is the default."""
-    source = ((((body.get("spec") or {}).get("canary") or {}).get("gsm8k") or {}).get("source")) or {}
-    if source.get("path"):
+    """Questions and few-shot examples of a deployment in `namespace` whose spec.canary.gsm8k.source is `source`.
+
+    The operator-wide file (GLMOPS_GSM8K_PATH, `default_path`) is the default.
+    """
+    if source.path:
         raise FetchRefused(
             "spec.canary.gsm8k.source.path: the operator reads no file a GLMDeployment names; "
             "use spec.canary.gsm8k.source.configMap"
         )
-    if source.get("url"):
-        return _from_url(source["url"], policy), GENERATED[1]
-    if source.get("configMap"):
-        cm = core_v1().read_namespaced_config_map(source["configMap"], body["metadata"]["namespace"])
+    if source.url:
+        return _from_url(source.url, policy), GENERATED[1]
+    if source.config_map:
+        cm = core_v1().read_namespaced_config_map(source.config_map, namespace)
         return parse_jsonl((cm.data or {})["test.jsonl"]), GENERATED[1]
     if default_path and Path(default_path).is_file():
         return _from_path(default_path)
