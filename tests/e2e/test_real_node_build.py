@@ -35,92 +35,36 @@ from tests.conftest import OperatorProcess
 from tests.images.test_operator_image import podman
 from tests.support.buildkit import STAND_IN, PlainRegistry
 from tests.support.cluster import REPO, Cluster, Kubectl, eventually
-from tests.support.installed import free_port
-from tests.support.realnode import NODE_NAME, REAL_NODE_AND_PODMAN, TAINT_KEY, TOLERATION, RealNode
+from tests.support.realbuild import (
+    REGISTRY,
+    build_settings_env,
+    import_tool_images,
+    on_the_real_node,
+    start_registry,
+)
+from tests.support.realnode import NODE_NAME, REAL_NODE_AND_PODMAN, RealNode
 from tests.support.wheel import build_plugin_wheel
 
 pytestmark = [*REAL_NODE_AND_PODMAN, pytest.mark.timeout(900)]
-REGISTRY_IP = "10.96.0.250"  # a fixed cluster IP in the real-node cluster's service range (cluster/lib.sh)
-REGISTRY = f"{REGISTRY_IP}:5000"
 VERSION = "0.33.0"
 MISSING = "0.32.0"  # a catalog version whose stand-in base is never pushed
 NS = "glmops-realbuild"
-
-
-def _image(kind: str) -> tuple[str, str]:
-    done = subprocess.run(
-        [str(REPO / "hack" / "build-tool-image.sh"), kind], cwd=REPO, capture_output=True, text=True, timeout=1800
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    found = dict(line.split("=", 1) for line in done.stdout.splitlines())
-    return found["image"], found["archive"]
 
 
 @pytest.fixture(scope="module")
 def node(real_node: RealNode) -> Iterator[RealNode]:
     """The real node with the builder and registry images in its containerd, and a namespace for the test."""
     real_node.ensure_up()  # an earlier module may have stopped it
-    for kind in ("buildkit", "registry"):
-        _, archive = _image(kind)
-        real_node.ctr("images", "import", archive, timeout=600)
+    import_tool_images(real_node)
     real_node.kubectl.run("create", "namespace", NS, check=False)
     yield real_node
     real_node.kubectl.run("delete", "namespace", NS, "--wait=false", check=False)
 
 
-def _on_the_real_node(spec: dict[str, Any]) -> dict[str, Any]:
-    return {**spec, "nodeSelector": {TAINT_KEY: "true"}, "tolerations": [TOLERATION]}
-
-
 @pytest.fixture(scope="module")
-def registry(node: RealNode) -> Iterator[str]:
-    """The registry pod on the real node behind its Service; its pod IP (this machine pushes the base there)."""
-    hosts = node.state_dir / "node" / "certs.d" / REGISTRY
-    hosts.mkdir(parents=True, exist_ok=True)
-    (hosts / "hosts.toml").write_text(
-        f'server = "http://{REGISTRY}"\n[host."http://{REGISTRY}"]\n  capabilities = ["pull", "resolve"]\n'
-    )
-    config = "version: 0.1\nstorage: {filesystem: {rootdirectory: /var/lib/registry}}\nhttp: {addr: ':5000'}\n"
-    image, _ = _image("registry")
-    objects = [
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "registry"}, "data": {"config.yml": config}},
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "registry", "labels": {"app": "registry"}},
-            "spec": _on_the_real_node(
-                {
-                    "containers": [
-                        {
-                            "name": "registry",
-                            "image": image,
-                            "imagePullPolicy": "Never",
-                            "ports": [{"containerPort": 5000}],
-                            "readinessProbe": {"httpGet": {"path": "/v2/", "port": 5000}, "periodSeconds": 1},
-                            "volumeMounts": [
-                                {"name": "config", "mountPath": "/etc/registry"},
-                                {"name": "data", "mountPath": "/var/lib/registry"},
-                            ],
-                        }
-                    ],
-                    "volumes": [
-                        {"name": "config", "configMap": {"name": "registry"}},
-                        {"name": "data", "emptyDir": {}},
-                    ],
-                }
-            ),
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": "registry"},
-            "spec": {"clusterIP": REGISTRY_IP, "selector": {"app": "registry"}, "ports": [{"port": 5000}]},
-        },
-    ]
-    for obj in objects:
-        node.kubectl.apply(obj, "-n", NS)
-    node.kubectl.run("wait", "--for=condition=Ready", "pod/registry", "-n", NS, "--timeout=120s")
-    pod_ip = node.kubectl.get("pod", "registry", NS)["status"]["podIP"]
+def registry(node: RealNode) -> str:
+    """The registry pod's IP, with the stand-in for vLLM's stock image pushed to it (as Docker Hub's mirror)."""
+    pod_ip = start_registry(node, NS)
     base = subprocess.run(
         [str(REPO / "hack" / "base-image.sh")], capture_output=True, text=True, check=True, timeout=1800
     ).stdout.splitlines()[-1]
@@ -131,7 +75,7 @@ def registry(node: RealNode) -> Iterator[str]:
     podman("build", "--quiet", "--build-arg", f"BASE={base}", "--build-arg", f"VLLM_VERSION={VERSION}",
            "--tag", tag, str(context))  # fmt: skip
     podman("push", "--quiet", "--tls-verify=false", tag, f"{pod_ip}:5000/vllm/vllm-openai:v{VERSION}")
-    yield pod_ip
+    return pod_ip
 
 
 @pytest.fixture(scope="module")
@@ -140,23 +84,8 @@ def operator(node: RealNode, registry: str, tmp_path_factory: pytest.TempPathFac
     kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     kubectl.run("wait", "--for=condition=Established", "crd/glmimages.glmops.dev", "--timeout=60s")
     wheel = build_plugin_wheel(tmp_path_factory.mktemp("plugin"))
-    env = {  # what the chart's imageBuild values set
-        "GLMOPS_IMAGE_BUILD_ENABLED": "true",
-        "GLMOPS_IMAGE_BUILD_REGISTRY": f"{REGISTRY}/glmops",
-        "GLMOPS_IMAGE_BUILD_INSECURE": "true",
-        "GLMOPS_IMAGE_BUILD_REGISTRY_MIRRORS": json.dumps({"docker.io": [REGISTRY]}),
-        "GLMOPS_IMAGE_BUILD_NODE_SELECTOR": json.dumps({TAINT_KEY: "true"}),
-        "GLMOPS_IMAGE_BUILD_TOLERATIONS": json.dumps([TOLERATION]),
-        "GLMOPS_IMAGE_BUILD_RESOURCES": json.dumps({"requests": {"cpu": "500m", "memory": "1Gi"}}),
-        "GLMOPS_IMAGE_BUILD_NAMESPACE": NS,
-        "GLMOPS_IMAGE_BUILD_PLUGIN_WHEEL": str(wheel),
-        "GLMOPS_IMAGE_BUILD_POLL_SECONDS": "1",
-        # Its own ports: the session's operator (of the shared test cluster) may be serving on the usual ones.
-        "GLMOPS_WEBHOOK_PORT": str(free_port()),
-        "GLMOPS_METRICS_PORT": str(free_port()),
-    }
     cluster = Cluster(node.bin_dir, node.state_dir, kubectl.kubeconfig, kubectl)
-    process = OperatorProcess(cluster, env, name="operator-real-node-build")
+    process = OperatorProcess(cluster, build_settings_env(NS, str(wheel)), name="operator-real-node-build")
     process.start()
     yield process
     process.stop()
@@ -211,7 +140,7 @@ def test_the_build_job_runs_on_the_real_node_and_the_image_is_pulled_there_by_di
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name},
-            "spec": _on_the_real_node(
+            "spec": on_the_real_node(
                 {
                     "restartPolicy": "Never",
                     "containers": [{"name": "probe", "image": status["imageRef"], "command": ["python3", "-c", probe]}],
