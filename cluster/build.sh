@@ -49,6 +49,18 @@ go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
 if [[ "${GLMOPS_REAL_NODE:-}" == 1 ]]; then
   build_k8s kubelet k8s.io/kubernetes/cmd/kubelet
   build_k8s kube-proxy k8s.io/kubernetes/cmd/kube-proxy
+  # Its cluster DNS: CoreDNS with the plugins the node uses (cluster/tools/coredns/main.go), kept beside the LWS
+  # controller's directory so a change of its pin never rebuilds Kubernetes.
+  require_pin coredns github.com/coredns/coredns "$COREDNS_VERSION"
+  dns="$(coredns_bin)"
+  if [[ ! -x "$dns" ]]; then
+    log "building coredns (github.com/coredns/coredns @ $COREDNS_VERSION, the node's plugins)"
+    mkdir -p "$(dirname "$dns")"
+    (cd "$here/tools/coredns" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$dns.tmp" .) \
+      || die "go build of coredns failed; see the compiler output above"
+    mv "$dns.tmp" "$dns"
+    built+=(coredns)
+  fi
 fi
 
 # The LeaderWorkerSet controller, built inside its release module as its Dockerfile builds it (cluster/lws.sh runs it).

@@ -53,6 +53,8 @@ if [[ -n "$node" ]]; then
   sign "node-$node" "/O=system:nodes/CN=system:node:$node" clientAuth
   # The built-in ClusterRoleBinding system:node-proxier binds this user to what kube-proxy reads.
   sign kube-proxy "/CN=system:kube-proxy" clientAuth
+  # The node's cluster DNS (CoreDNS): node.sh binds this user to the ClusterRole kubeadm gives CoreDNS.
+  sign coredns "/CN=system:coredns" clientAuth
   # What the API server shows the kubelet for logs and exec; the kubelet asks the API server whether it may.
   sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
 fi

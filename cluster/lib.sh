@@ -22,6 +22,8 @@ image_tools_dir() {
 # The LeaderWorkerSet controller (cluster/build.sh, cluster/lws.sh), keyed by its own pin, so a new LWS release never
 # rebuilds Kubernetes.
 lws_dir() { echo "$(cache_root)/bin/lws-${LWS_VERSION}"; }
+# The real node's cluster DNS, built from cluster/tools/coredns (cluster/build.sh with GLMOPS_REAL_NODE=1).
+coredns_bin() { echo "$(cache_root)/bin/coredns-${COREDNS_VERSION}/coredns"; }
 
 # lws_module_dir: the pinned sigs.k8s.io/lws module in the Go module cache (downloaded if missing). Its config/
 # directory is the release's install (CRDs, RBAC, webhooks), read from there at build and install time.
@@ -83,7 +85,7 @@ ADDON_DAEMONS=(lws-controller)
 # its pod), and the API server reaches it through an ExternalName Service; one address per cluster.
 LWS_ADDR="${GLMOPS_LWS_ADDR:-127.0.45.1}"
 # The real node's daemons (cluster/node.sh, GLMOPS_REAL_NODE=1): started after the control plane, stopped before it.
-NODE_DAEMONS=(containerd kubelet kube-proxy)
+NODE_DAEMONS=(containerd coredns kubelet kube-proxy)
 
 port_free() {
   python3 - "$1" <<'PY'

@@ -8,6 +8,8 @@ KUBELET_PORT="${GLMOPS_KUBELET_PORT:-20250}"
 KUBELET_HEALTHZ_PORT="${GLMOPS_KUBELET_HEALTHZ_PORT:-20248}"
 PROXY_METRICS_PORT="${GLMOPS_PROXY_METRICS_PORT:-20249}"
 PROXY_HEALTHZ_PORT="${GLMOPS_PROXY_HEALTHZ_PORT:-20256}"
+DNS_READY_PORT="${GLMOPS_DNS_READY_PORT:-20181}"
+CLUSTER_DOMAIN=cluster.local
 NODE_TAINT_KEY="glmops.dev/real-node"
 CNI_BIN_DIR="${GLMOPS_CNI_BIN_DIR:-/usr/lib/cni}"
 # The kubelet sets these host-wide kernel settings at start (protectKernelDefaults: false); down puts them back.
@@ -184,6 +186,26 @@ evictionHard: {memory.available: 100Mi, nodefs.available: 2%, imagefs.available:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 maxPods: 32
+# The node's cluster DNS (CoreDNS, below) on the node's own address, as NodeLocal DNSCache puts one on every node:
+# pods resolve Services and the per-pod names of headless Services (a LeaderWorkerSet's leader address).
+clusterDNS: [$gw]
+clusterDomain: $CLUSTER_DOMAIN
+EOF
+  # Cluster names from the API (read as the user system:coredns, bound to kubeadm's CoreDNS role in node_dns_up);
+  # every other name goes to the host's resolver, which pods cannot reach themselves (no masquerading).
+  cat > "$nd/Corefile" <<EOF
+.:53 {
+    bind $gw
+    errors
+    ready 127.0.0.1:$DNS_READY_PORT
+    kubernetes $CLUSTER_DOMAIN in-addr.arpa ip6.arpa {
+        kubeconfig $(state_dir)/coredns.kubeconfig
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+    }
+    forward . /etc/resolv.conf
+    cache 30
+}
 EOF
   cat > "$nd/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -209,6 +231,28 @@ node_bridge_up() {
   ip link set "$NODE_BRIDGE" up
 }
 
+# The node's CoreDNS, bound to the bridge's address before the kubelet starts any pod, with the read-only rights
+# kubeadm gives CoreDNS (its ClusterRole system:coredns) bound to the certificate's user.
+node_dns_up() {
+  node_kc apply -f - >/dev/null <<EOF || die "could not create the ClusterRole and binding of the node's CoreDNS"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "system:coredns"}
+rules:
+- {apiGroups: [""], resources: [endpoints, services, pods, namespaces], verbs: [list, watch]}
+- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "system:coredns"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:coredns"}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:coredns"}
+EOF
+  start_daemon coredns "$(coredns_bin)" -conf "$(node_dir)/Corefile"
+  wait_for "coredns" 60 curl -fsS "http://127.0.0.1:$DNS_READY_PORT/ready"
+}
+
 node_ready() {
   [[ "$(node_kc get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]
 }
@@ -216,15 +260,15 @@ node_ready() {
 node_up() {
   node_require
   cluster_healthy || die "cluster '$(cluster_name)' is not running; start it first: cluster/up.sh"
-  if pid_alive kubelet && pid_alive kube-proxy && pid_alive containerd && node_ready; then
+  if pid_alive kubelet && pid_alive kube-proxy && pid_alive containerd && pid_alive coredns && node_ready; then
     log "real node $NODE_NAME already running"
     return 0
   fi
   local d; for d in "${NODE_DAEMONS[@]}"; do
     if pid_alive "$d"; then log "real node partly running; stopping it first"; node_down; break; fi
   done
-  local port; for port in "$KUBELET_PORT" "$KUBELET_HEALTHZ_PORT" "$PROXY_METRICS_PORT" "$PROXY_HEALTHZ_PORT"; do
-    port_free "$port" || die "port $port on 127.0.0.1 is in use; set GLMOPS_KUBELET_PORT, GLMOPS_KUBELET_HEALTHZ_PORT, GLMOPS_PROXY_METRICS_PORT or GLMOPS_PROXY_HEALTHZ_PORT (see cluster/node.sh)"
+  local port; for port in "$KUBELET_PORT" "$KUBELET_HEALTHZ_PORT" "$PROXY_METRICS_PORT" "$PROXY_HEALTHZ_PORT" "$DNS_READY_PORT"; do
+    port_free "$port" || die "port $port on 127.0.0.1 is in use; set GLMOPS_KUBELET_PORT, GLMOPS_KUBELET_HEALTHZ_PORT, GLMOPS_PROXY_METRICS_PORT, GLMOPS_PROXY_HEALTHZ_PORT or GLMOPS_DNS_READY_PORT (see cluster/node.sh)"
   done
   local bin nd s t0 images; nd="$(node_dir)"; s="$(state_dir)"
   bin="$(GLMOPS_REAL_NODE=1 "$here/build.sh" | tail -n 1)"
@@ -235,6 +279,7 @@ node_up() {
   "$here/certs.sh" "$s/certs" "$NODE_NAME"
   write_kubeconfig "$s/node.kubeconfig" "node-$NODE_NAME"
   write_kubeconfig "$s/kube-proxy.kubeconfig" kube-proxy
+  write_kubeconfig "$s/coredns.kubeconfig" coredns
   [[ -d /var/log/containers ]] || touch "$nd/made-var-log-containers"
   # containerd 1.6 puts its shims' sockets under /run/containerd/s whatever its state directory.
   [[ -d /run/containerd ]] || touch "$nd/made-run-containerd"
@@ -244,6 +289,7 @@ node_up() {
   node_save_sysctls
   node_write_configs
   node_bridge_up
+  node_dns_up
 
   start_daemon containerd "$(command -v containerd)" --config "$nd/containerd.toml" --log-level warn
   wait_for "containerd" 60 node_ctr version
@@ -380,6 +426,7 @@ node_down() {
   stop_recorded kubelet
   node_kill_tasks
   stop_recorded containerd
+  stop_recorded coredns
   node_cleanup_host
   log "real node $NODE_NAME stopped and its mounts, network and rules removed"
 }

@@ -176,6 +176,42 @@ def test_service_cluster_ip_reaches_the_pod_through_kube_proxy(node: RealNode, n
     assert answer == f"pod=backend ip={pod_ip}\n"
 
 
+def test_pods_resolve_services_and_headless_pod_names_through_the_node_s_dns(node: RealNode, ns: str) -> None:
+    """The kubelet points pods at the node's CoreDNS, which answers from the API.
+
+    The name a LeaderWorkerSet gives its workers for the leader (`<pod hostname>.<headless Service>.<namespace>`,
+    found through the pod's search path) resolves before the leader is Ready, as a group's workers need it while
+    the leader is still starting; a Service name resolves to its ClusterIP.
+    """
+    headless = service("grp", {"app": "leader"})
+    headless["spec"] |= {"clusterIP": "None", "publishNotReadyAddresses": True}
+    never_ready = {"readinessProbe": {"exec": {"command": ["/nonexistent"]}, "periodSeconds": 1}}
+    leader = echo_pod(node, "leader", {"app": "leader"}, hostname="grp-0", subdomain="grp")
+    leader["spec"]["containers"][0] |= never_ready
+    client = echo_pod(node, "client", {"app": "client"}, dnsPolicy="ClusterFirst")
+    for obj in (headless, service("backend", {"app": "client"}), leader, client):
+        node.kubectl.apply(obj, "-n", ns)
+    node.kubectl.run("wait", "--for=condition=Ready", "pod/client", "-n", ns, "--timeout=90s", timeout=100)
+    eventually(lambda: node.kubectl.get("pod", "leader", ns)["status"].get("podIP"), timeout=90, what="leader's IP")
+    leader_ip = node.kubectl.get("pod", "leader", ns)["status"]["podIP"]
+    assert condition(node.kubectl.get("pod", "leader", ns), "Ready") == "False"
+    client_ip = node.kubectl.get("pod", "client", ns)["status"]["podIP"]
+
+    def resolved(name: str) -> str | None:
+        return answer_of(f"http://{client_ip}:8080/resolve?name={name}")
+
+    started = time.monotonic()
+    assert eventually(lambda: resolved(f"grp-0.grp.{ns}"), timeout=30, what="the leader's name") == f"{leader_ip}\n"
+    print(f"leader's name resolved {time.monotonic() - started:.1f}s after the client was Ready")
+    cluster_ip = node.kubectl.get("service", "backend", ns)["spec"]["clusterIP"]
+    assert resolved("backend") == f"{cluster_ip}\n"
+    api_ip = node.kubectl.get("service", "kubernetes", "default")["spec"]["clusterIP"]
+    assert resolved("kubernetes.default") == f"{api_ip}\n"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        http_get(f"http://{client_ip}:8080/resolve?name=grp-1.grp.{ns}")
+    assert refused.value.code == 502, "a pod name the Service has no endpoint for does not resolve"
+
+
 def _endpoint_ready(node: RealNode, ns: str, svc: str) -> list[bool]:
     slices = node.kubectl.run(
         "get", "endpointslices", "-n", ns, "-l", f"kubernetes.io/service-name={svc}", "-o", "json"
@@ -313,7 +349,7 @@ def test_deleting_pods_and_stopping_the_node_leave_nothing_behind(node: RealNode
     # The checks below see what a running node holds, so their emptiness afterwards means something.
     during = eventually(lambda: (h := host_state(node.state_dir))["netns"] and h, timeout=10, what="the pod's netns")
     names = {p.split(":")[0] for p in during["processes"]}
-    assert {"containerd", "kubelet", "kube-proxy", "containerd-shim-runc-v2", "pause", "httpecho"} <= names
+    assert {"containerd", "coredns", "kubelet", "kube-proxy", "containerd-shim-runc-v2", "pause", "httpecho"} <= names
     assert during["mounts"] and during["cgroups"] and during["log links"] and "/run/containerd" in during["dirs"]
     assert any("KUBE-SVC" in r for r in during["rules"])
     assert BRIDGE in during["links"] and len(during["links"]) >= 2, "the bridge and the pods' veths"
@@ -324,5 +360,5 @@ def test_deleting_pods_and_stopping_the_node_leave_nothing_behind(node: RealNode
     for kind, left in after.items():
         assert left - node.host_before[kind] == set(), f"{kind} left behind by the node"
     assert not during["links"] & after["links"]
-    for daemon in ("containerd", "kubelet", "kube-proxy"):
+    for daemon in ("containerd", "coredns", "kubelet", "kube-proxy"):
         assert not (node.state_dir / "pids" / f"{daemon}.pid").exists()

@@ -1,15 +1,22 @@
 // Command httpecho is the real node's test workload: an HTTP server that answers every request
 // with the pod's name and IP (from the downward API), so a test can tell which pod answered and
-// whether the answer came through the pod IP or a Service.
+// whether the answer came through the pod IP or a Service. GET /resolve?name=NAME answers the
+// addresses NAME resolves to through the pod's own /etc/resolv.conf (the cluster DNS the kubelet
+// gave it), one per line, or 502 with the resolver's error.
 package main
 
 import (
+	"context"
 	"fmt"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"sort"
+	"strings"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -18,6 +25,7 @@ func main() {
 	http.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = fmt.Fprint(w, identity)
 	})
+	http.HandleFunc("/resolve", resolve)
 	go func() {
 		stop := make(chan os.Signal, 1)
 		signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
@@ -26,6 +34,23 @@ func main() {
 	}()
 	log.Printf("httpecho listening on %s", addr)
 	log.Fatal(http.ListenAndServe(addr, nil))
+}
+
+func resolve(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("name")
+	if name == "" || len(name) > 253 {
+		http.Error(w, "give ?name= a DNS name of at most 253 characters", http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupHost(ctx, name)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	sort.Strings(addrs)
+	_, _ = fmt.Fprintln(w, strings.Join(addrs, "\n"))
 }
 
 func envOr(name, fallback string) string {
