@@ -9,11 +9,14 @@ what glmops promises on top (no traffic to a group before its canaries pass) are
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from glm_operator.api.constants import CANARY_CONDITION, Reason
+from glm_operator.catalog.accelerators import load_accelerators
+from glm_operator.render.fleet import fake_node
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.support.cluster import Kubectl, eventually
 
@@ -141,3 +144,104 @@ def test_a_two_node_replica_forms_one_lws_group_that_serves_only_after_its_canar
     print(
         f"[figures] worker lost -> group no longer served {stopped_after:.1f}s, new group passed and served {back:.1f}s"
     )
+
+
+GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+REVISION = "leaderworkerset.sigs.k8s.io/template-revision-hash"
+
+
+def test_a_lost_leader_takes_its_group_out_of_the_service_until_a_new_group_passes(
+    kubectl: Kubectl, namespace: str
+) -> None:
+    kubectl.apply(B(NAME).accelerator("H200").tensor(8).pipeline(2).build(), "-n", namespace)
+    pods = eventually(lambda: _running_group(kubectl, namespace), timeout=120, what="the leader and worker running")
+    leader_uid = pods["0"]["metadata"]["uid"]
+    eventually(lambda: _serving(kubectl, namespace) == {leader_uid}, timeout=180, what="the leader to serve")
+    old = {p["metadata"]["uid"] for p in pods.values()}
+
+    lost = time.monotonic()
+    kubectl.run("delete", "pod", pods["0"]["metadata"]["name"], "-n", namespace, "--wait=false")
+    eventually(lambda: not _serving(kubectl, namespace), timeout=60, interval=0.1, what="the group to stop serving")
+    stopped_after = time.monotonic() - lost
+
+    def reformed() -> dict[str, dict[str, Any]]:
+        pods = _running_group(kubectl, namespace)
+        # The worker goes with its leader: LWS owns the worker StatefulSet by the leader pod.
+        assert not old & {p["metadata"]["uid"] for p in pods.values()}, "leader and worker both recreated"
+        return pods
+
+    pods = eventually(reformed, timeout=120, what="LWS to recreate the group")
+    new_uid = pods["0"]["metadata"]["uid"]
+    eventually(lambda: _serving(kubectl, namespace) == {new_uid}, timeout=180, what="the new group to serve")
+    back = time.monotonic() - lost
+    conditions = {c["type"]: c for c in _group(kubectl, namespace)["0"]["status"]["conditions"]}
+    gate, ready = conditions[CANARY_CONDITION], conditions["Ready"]
+    assert gate["status"] == "True" and ready["lastTransitionTime"] >= gate["lastTransitionTime"], (ready, gate)
+    print(f"\n[figures] leader lost -> group no longer served {stopped_after:.1f}s, new group served {back:.1f}s")
+
+
+@pytest.fixture
+def four_more_h200_nodes(kubectl: Kubectl) -> Iterator[None]:
+    """Room for two groups of two nodes and the rollout's surge group: the test fleet has two H200 nodes."""
+    nodes = [fake_node(load_accelerators().get("H200"), index) for index in range(2, 6)]
+    for node in nodes:
+        kubectl.apply(node)
+    yield
+    for node in nodes:
+        kubectl.run("delete", "node", node["metadata"]["name"], "--wait=false", check=False)
+
+
+def _groups(kubectl: Kubectl, namespace: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """Live pods by group index, then worker index."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for p in kubectl.get("pods", namespace=namespace)["items"]:
+        labels = p["metadata"]["labels"]
+        if labels.get(LWS_NAME) == NAME and not p["metadata"].get("deletionTimestamp"):
+            out.setdefault(labels[GROUP_INDEX], {})[labels[WORKER_INDEX]] = p
+    return out
+
+
+def test_a_rolling_update_of_two_groups_keeps_both_serving_and_never_serves_a_half_formed_or_mixed_group(
+    kubectl: Kubectl, namespace: str, four_more_h200_nodes: None
+) -> None:
+    kubectl.apply(B(NAME).accelerator("H200").tensor(8).pipeline(2).replicas(2).build(), "-n", namespace)
+    eventually(lambda: len(_serving(kubectl, namespace)) == 2, timeout=240, what="both groups to serve")
+    before = {p["metadata"]["labels"][REVISION] for g in _groups(kubectl, namespace).values() for p in g.values()}
+    assert len(before) == 1
+
+    started = time.monotonic()
+    kubectl.apply(
+        B(NAME).accelerator("H200").tensor(8).pipeline(2).replicas(2).env("GLMOPS_ROLL", "1").build(), "-n", namespace
+    )
+    fewest, seen, revisions = 2, 0, set()
+    deadline = started + 420
+    while time.monotonic() < deadline:
+        serving, groups = _serving(kubectl, namespace), _groups(kubectl, namespace)
+        seen += 1
+        fewest = min(fewest, len(serving))
+        for group in groups.values():
+            leader = group.get("0")
+            if leader is None or leader["metadata"]["uid"] not in serving:
+                continue
+            worker = group.get("1")
+            # Served only with its worker running, and both of one revision: never half-formed, never mixed.
+            assert worker is not None and worker["status"].get("phase") == "Running", (leader, worker)
+            revision = leader["metadata"]["labels"][REVISION]
+            assert worker["metadata"]["labels"][REVISION] == revision
+            revisions.add(revision)
+        leaders = [g.get("0") for g in groups.values()]
+        if (
+            len(serving) == 2
+            and len(groups) == 2
+            and all(
+                p is not None and p["metadata"]["labels"][REVISION] not in before and p["metadata"]["uid"] in serving
+                for p in leaders
+            )
+        ):
+            break
+        time.sleep(0.3)
+    else:
+        pytest.fail(f"the rollout did not finish in 420 s; groups: {sorted(_groups(kubectl, namespace))}")
+    assert fewest == 2, f"maxUnavailable 0: {fewest} group(s) served at one point"
+    assert len(revisions - before) == 1, "the new revision served"
+    print(f"\n[figures] rolling update of 2 groups: {time.monotonic() - started:.1f}s, {seen} looks, never < 2 served")
