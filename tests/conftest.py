@@ -171,18 +171,39 @@ def sim_fleet(cluster: Cluster, operator: OperatorProcess) -> Iterator[subproces
     proc.wait(timeout=20)
 
 
-@pytest.fixture
-def leader_worker_set(cluster: Cluster) -> Iterator[None]:
-    """The real LeaderWorkerSet controller, installed from its release (cluster/lws.sh), and uninstalled after.
-
-    Uninstalled after each test, so every other test sees a cluster without LeaderWorkerSet (the StatefulSet fallback).
-    """
+def install_lws() -> None:
     run_script("lws.sh", "up", timeout=900)
     # The operator re-checks whether the API is served at most every GLMOPS_DISCOVERY_TTL_SECONDS (1 s in the
     # tests): a deployment created sooner may still be planned from the answer cached before the install.
     time.sleep(2)
-    yield
+
+
+def uninstall_lws(operator: OperatorProcess) -> None:
+    """Uninstall LWS; an operator that exited on it is started again, and the exit is kept in the artifacts.
+
+    Known bug, open: when the LeaderWorkerSet CRD goes while the operator watches LeaderWorkerSets, kopf may open
+    the next watch before it learns the CRD is gone, gets 404 and stops the operator ("Multidimensional multitasker
+    has failed"). Restarting it here keeps one such exit from failing every test after this one.
+    """
     run_script("lws.sh", "down", timeout=300)
+    time.sleep(3)
+    if operator.proc is not None and operator.proc.poll() is not None:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        with open(ARTIFACTS / "operator-exits-on-lws-uninstall.log", "a") as kept:
+            kept.write(f"== {operator.log_path}\n{operator.log()[-6000:]}\n")
+        print(f"\n[known bug] the operator exited when LWS was uninstalled; restarted (see {ARTIFACTS})")
+        operator.start()
+
+
+@pytest.fixture
+def leader_worker_set(cluster: Cluster, operator: OperatorProcess) -> Iterator[None]:
+    """The real LeaderWorkerSet controller, installed from its release (cluster/lws.sh), and uninstalled after.
+
+    Uninstalled after each test, so every other test sees a cluster without LeaderWorkerSet (the StatefulSet fallback).
+    """
+    install_lws()
+    yield
+    uninstall_lws(operator)
 
 
 @pytest.fixture

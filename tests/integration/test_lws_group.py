@@ -17,19 +17,33 @@ import pytest
 from glm_operator.api.constants import CANARY_CONDITION, Reason
 from glm_operator.catalog.accelerators import load_accelerators
 from glm_operator.render.fleet import fake_node
+from tests.conftest import OperatorProcess, install_lws, uninstall_lws
 from tests.support.builders import GLMDeploymentBuilder as B
 from tests.support.cluster import Kubectl, eventually
 
 pytestmark = pytest.mark.cluster
 NAME = "grp"
+GROUP = f"{NAME}-group"  # the LeaderWorkerSet: not the serving Service's name, which LWS would take for its own
 # Labels and the environment variable the LWS controller writes (sigs.k8s.io/lws api/leaderworkerset/v1).
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 LEADER_ADDRESS = "LWS_LEADER_ADDRESS"
 
 
+@pytest.fixture(scope="module")
+def lws_for_this_module(operator: OperatorProcess) -> Iterator[None]:
+    """The real LWS controller, installed once for this module's tests and uninstalled after them.
+
+    One install for the module rather than one per test (tests/conftest.py leader_worker_set): each uninstall
+    removes the API the operator watches (tests/conftest.py uninstall_lws says what that may do).
+    """
+    install_lws()
+    yield
+    uninstall_lws(operator)
+
+
 @pytest.fixture(autouse=True)
-def _running(leader_worker_set: None, operator: object, sim_fleet: object) -> None:
+def _running(lws_for_this_module: None, operator: OperatorProcess, sim_fleet: object) -> None:
     """The LWS controller, the operator and the simulators."""
 
 
@@ -38,7 +52,7 @@ def _group(kubectl: Kubectl, namespace: str) -> dict[str, dict[str, Any]]:
     return {
         p["metadata"]["labels"][WORKER_INDEX]: p
         for p in kubectl.get("pods", namespace=namespace)["items"]
-        if p["metadata"]["labels"].get(LWS_NAME) == NAME and not p["metadata"].get("deletionTimestamp")
+        if p["metadata"]["labels"].get(LWS_NAME) == GROUP and not p["metadata"].get("deletionTimestamp")
     }
 
 
@@ -89,7 +103,7 @@ def test_a_two_node_replica_forms_one_lws_group_that_serves_only_after_its_canar
 ) -> None:
     start = time.monotonic()
     kubectl.apply(B(NAME).accelerator("H200").tensor(8).pipeline(2).build(), "-n", namespace)
-    lws = eventually(lambda: kubectl.get("leaderworkerset", NAME, namespace), timeout=60, what="the LeaderWorkerSet")
+    lws = eventually(lambda: kubectl.get("leaderworkerset", GROUP, namespace), timeout=60, what="the LeaderWorkerSet")
     assert lws["spec"]["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
 
     pods = eventually(lambda: _running_group(kubectl, namespace), timeout=120, what="the leader and worker running")
@@ -98,6 +112,10 @@ def test_a_two_node_replica_forms_one_lws_group_that_serves_only_after_its_canar
     address = _env(leader)[LEADER_ADDRESS]
     assert _env(worker)[LEADER_ADDRESS] == address
     assert address == f"{leader['metadata']['name']}.{leader['spec']['subdomain']}.{namespace}", address
+    # The name resolves only through a headless Service of that subdomain that selects the group's pods.
+    subdomain = kubectl.get("service", leader["spec"]["subdomain"], namespace)["spec"]
+    assert subdomain["clusterIP"] == "None" and subdomain["publishNotReadyAddresses"] is True, subdomain
+    assert subdomain["selector"].items() <= leader["metadata"]["labels"].items()
     worker_cmd = _expand(worker["spec"]["containers"][0]["args"], _env(worker))
     assert worker_cmd[worker_cmd.index("--master-addr") + 1] == address
     assert worker_cmd[worker_cmd.index("--node-rank") + 1] == "1" and "--headless" in worker_cmd
@@ -196,7 +214,7 @@ def _groups(kubectl: Kubectl, namespace: str) -> dict[str, dict[str, dict[str, A
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for p in kubectl.get("pods", namespace=namespace)["items"]:
         labels = p["metadata"]["labels"]
-        if labels.get(LWS_NAME) == NAME and not p["metadata"].get("deletionTimestamp"):
+        if labels.get(LWS_NAME) == GROUP and not p["metadata"].get("deletionTimestamp"):
             out.setdefault(labels[GROUP_INDEX], {})[labels[WORKER_INDEX]] = p
     return out
 

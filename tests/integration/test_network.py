@@ -94,7 +94,9 @@ def test_the_rdma_sample_as_a_leader_worker_set_puts_rdma_on_the_leader_and_work
     kubectl: Kubectl, namespace: str, leader_worker_set: None
 ) -> None:
     kubectl.run("apply", "-n", namespace, "-f", str(SAMPLE))
-    lws = eventually(lambda: kubectl.get("leaderworkerset", NAME, namespace), timeout=60, what="the LeaderWorkerSet")
+    lws = eventually(
+        lambda: kubectl.get("leaderworkerset", f"{NAME}-group", namespace), timeout=60, what="the LeaderWorkerSet"
+    )
     template = lws["spec"]["leaderWorkerTemplate"]
     assert template["size"] == 2
     assert_networked(template["leaderTemplate"])

@@ -302,7 +302,7 @@ def test_with_leader_worker_set_a_multi_node_replica_is_one_group_of_nodes(
     name = "glm53-mxfp4-gb200-dp8ep"
 
     def lws() -> dict[str, Any]:
-        return kubectl.get("leaderworkerset", name, namespace)
+        return kubectl.get("leaderworkerset", f"{name}-group", namespace)
 
     obj = eventually(lws, timeout=60, what="the LeaderWorkerSet")
     template = obj["spec"]["leaderWorkerTemplate"]

@@ -102,6 +102,16 @@ def test_repairs_reach_the_container_env() -> None:
     assert {"name": "VLLM_PP_LAYER_PARTITION", "value": "38,40"} in env
 
 
+def test_the_leader_worker_set_is_not_named_like_any_service_it_would_take_for_its_group_dns() -> None:
+    # The LWS controller gives a group's pods their DNS names through a headless Service named after the
+    # LeaderWorkerSet, and reuses a Service of that name if one exists: the serving Service's name would leave
+    # workers unable to resolve their leader.
+    _, objs = rendered(sample("vllm-63170-rtx-pp2-fixed.yaml"))
+    (lws,) = kind(objs, "LeaderWorkerSet")
+    assert lws["metadata"]["name"] == "glm53-nvfp4-rtx-pp2tp8-group"
+    assert lws["metadata"]["name"] not in {o["metadata"]["name"] for o in kind(objs, "Service")}
+
+
 def test_rocm_sparse_attention_gets_aiter_switched_on_and_the_bmm_switches_kept() -> None:
     plan, _ = rendered(sample("vllm-52833-fixed.yaml"))
     env = {e["name"]: e["value"] for e in plan.env}

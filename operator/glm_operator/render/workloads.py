@@ -183,6 +183,17 @@ def deployment(plan: Plan, glmd: GLMDeployment, owner: Owner) -> dict[str, Any]:
     }
 
 
+def group_set_name(name: str) -> str:
+    """The LeaderWorkerSet's name: not the deployment's own, which its serving Service has.
+
+    The LWS controller names the headless Service that gives a group's pods their DNS names (the leader address
+    workers connect to) after the LeaderWorkerSet, and reuses whatever Service already has that name
+    (sigs.k8s.io/lws pkg/utils/controller CreateHeadlessServiceIfNotExists): with the Service's name, workers could
+    never resolve their leader.
+    """
+    return f"{name}-group"
+
+
 def leader_worker_set(plan: Plan, glmd: GLMDeployment, owner: Owner) -> dict[str, Any]:
     assert plan.worker_args is not None
     leader_args = _substitute(plan.leader_args, "$(LWS_LEADER_ADDRESS)", "0")
@@ -190,7 +201,7 @@ def leader_worker_set(plan: Plan, glmd: GLMDeployment, owner: Owner) -> dict[str
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
-        "metadata": _meta(plan, plan.name, owner),
+        "metadata": _meta(plan, group_set_name(plan.name), owner),
         "spec": {
             "replicas": plan.replicas,
             "startupPolicy": "LeaderCreated",
