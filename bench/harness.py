@@ -20,6 +20,7 @@ from typing import Any
 
 import requests
 import urllib3
+from tests.support.cluster import wait_established
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_CLUSTER_ENV = {
@@ -67,7 +68,7 @@ class Cluster:
         ).stdout
         cluster = cls(kubeconfig, Path(kubeconfig).parent, Path(bin_dir.strip().splitlines()[-1]))
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-        cluster.kubectl("wait", "--for=condition=Established", "crd/glmdeployments.glmops.dev", "--timeout=60s")
+        wait_established(lambda *a: cluster.kubectl(*a, check=False).stdout, ["glmdeployments.glmops.dev"])
         return cluster
 
     @property

@@ -182,6 +182,19 @@ wait_for() {
   done
 }
 
+# crd_established KUBECTL CRD: the CRD's Established condition is True. Not `kubectl wait --for=condition=...`:
+# just after creation the API server stores the CRD with `status.conditions: null` (the field has no omitempty), and
+# kubectl wait fails at once on a null list instead of waiting (seen in CI on a fast machine).
+crd_established() {
+  [[ "$("$1" get "crd/$2" -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" == True ]]
+}
+
+# wait_established KUBECTL SECONDS CRD...: wait for each CRD to be Established, or fail naming it.
+wait_established() {
+  local kubectl="$1" secs="$2" crd; shift 2
+  for crd in "$@"; do wait_for "CRD $crd" "$secs" crd_established "$kubectl" "$crd"; done
+}
+
 # write_kubeconfig FILE USER: a kubeconfig for one client certificate of this cluster.
 write_kubeconfig() {
   local file="$1" user="$2" c; c="$(state_dir)/certs"

@@ -54,8 +54,7 @@ up() {
   mkdir -p "$dir"
   kc kustomize "$mod/config/default" 2>/dev/null | "$(python_bin)" "$here/lws_install.py" "$dir" "$mod" "$LWS_ADDR"
   kc apply --server-side --force-conflicts -f "$dir/install.yaml" >/dev/null
-  kc wait --for=condition=Established --timeout=60s \
-    crd/leaderworkersets.leaderworkerset.x-k8s.io crd/disaggregatedsets.disaggregatedset.x-k8s.io >/dev/null
+  wait_established kc 60 leaderworkersets.leaderworkerset.x-k8s.io disaggregatedsets.disaggregatedset.x-k8s.io
   # Its identity: the release's ServiceAccount, bound to the release's ClusterRole and leader-election Role.
   local token; token="$(kc create token lws-controller-manager -n lws-system --duration=8760h)"
   cat > "$dir/kubeconfig" <<KC

@@ -41,7 +41,7 @@ if [[ "${GLMOPS_LWS:-}" == 1 ]]; then "$root/cluster/lws.sh" up; fi
 kc() { "$(bin_dir)/kubectl" "$@"; }
 
 kc apply --server-side --force-conflicts -f "$root/crds" >/dev/null
-kc wait --for=condition=Established crd/glmdeployments.glmops.dev --timeout=60s >/dev/null
+wait_established kc 60 glmdeployments.glmops.dev glmimages.glmops.dev
 
 stop_sims
 stop_operator

@@ -71,8 +71,7 @@ def kubectl(cluster: Cluster) -> Kubectl:
 @pytest.fixture(scope="session")
 def crd_installed(kubectl: Kubectl) -> None:
     kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    for crd in ("glmdeployments.glmops.dev", "glmimages.glmops.dev"):
-        kubectl.run("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+    kubectl.wait_established("glmdeployments.glmops.dev", "glmimages.glmops.dev")
     # The OpenAPI document (kubectl explain, field validation) is published shortly after Established.
     eventually(
         lambda: kubectl.run("explain", "glmdeployment.spec", check=False).returncode == 0,

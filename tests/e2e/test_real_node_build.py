@@ -82,7 +82,7 @@ def registry(node: RealNode) -> str:
 def operator(node: RealNode, registry: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     kubectl = node.kubectl
     kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    kubectl.run("wait", "--for=condition=Established", "crd/glmimages.glmops.dev", "--timeout=60s")
+    kubectl.wait_established("glmimages.glmops.dev")
     wheel = build_plugin_wheel(tmp_path_factory.mktemp("plugin"))
     cluster = Cluster(node.bin_dir, node.state_dir, kubectl.kubeconfig, kubectl)
     process = OperatorProcess(cluster, build_settings_env(NS, str(wheel)), name="operator-real-node-build")

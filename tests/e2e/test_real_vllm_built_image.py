@@ -132,7 +132,7 @@ def operator(
 ) -> Iterator[OperatorProcess]:
     kubectl = node.kubectl
     kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    kubectl.run("wait", "--for=condition=Established", "crd/glmimages.glmops.dev", "--timeout=60s")
+    kubectl.wait_established("glmimages.glmops.dev")
     wheel = build_plugin_wheel(tmp_path_factory.mktemp("plugin"))
     env = build_settings_env(NS, str(wheel), GLMOPS_ACCESS_POLICY=json.dumps(access_policy(node_cache)))
     cluster = Cluster(node.bin_dir, node.state_dir, kubectl.kubeconfig, kubectl)

@@ -139,7 +139,7 @@ def operator(node: RealNode, node_cache: Path) -> Iterator[OperatorProcess]:
     """The operator as a process beside the real-node cluster; its canaries reach pods on the node's bridge."""
     kubectl = node.kubectl
     kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    kubectl.run("wait", "--for=condition=Established", "crd/glmdeployments.glmops.dev", "--timeout=60s")
+    kubectl.wait_established("glmdeployments.glmops.dev")
     cluster = Cluster(node.bin_dir, node.state_dir, kubectl.kubeconfig, kubectl)
     policy = json.dumps(access_policy(node_cache))  # what the chart's value would pass
     process = OperatorProcess(cluster, {"GLMOPS_ACCESS_POLICY": policy}, name="operator-real-vllm-pod")

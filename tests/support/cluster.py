@@ -65,6 +65,21 @@ def run_script(name: str, *args: str, env: dict[str, str] | None = None, timeout
     return proc.stdout
 
 
+ESTABLISHED = 'jsonpath={.status.conditions[?(@.type=="Established")].status}'
+
+
+def wait_established(kubectl: Callable[..., str], crds: tuple[str, ...] | list[str], timeout: float = 60) -> None:
+    """Wait for each CRD's Established condition; `kubectl` runs kubectl with the given arguments and returns its
+    stdout. Not `kubectl wait --for=condition=Established`: a CRD just created has `status.conditions: null` (the
+    field has no omitempty), on which kubectl wait fails at once instead of waiting (cluster/lib.sh says the same)."""
+    deadline = time.monotonic() + timeout
+    for crd in crds:
+        while kubectl("get", f"crd/{crd}", "-o", ESTABLISHED).strip() != "True":
+            if time.monotonic() > deadline:
+                raise AssertionError(f"CRD {crd} is not Established after {timeout:.0f} s")
+            time.sleep(0.2)
+
+
 @dataclass
 class Kubectl:
     binary: str
@@ -83,6 +98,9 @@ class Kubectl:
         if check and proc.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed:\n{proc.stderr}")
         return proc
+
+    def wait_established(self, *crds: str, timeout: float = 60) -> None:
+        wait_established(lambda *a: self.run(*a, check=False).stdout, crds, timeout)
 
     def apply(self, obj: dict[str, Any] | str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         text = obj if isinstance(obj, str) else yaml.safe_dump(obj)
