@@ -269,3 +269,58 @@ def test_a_pod_whose_api_is_broken_is_held_out_with_the_reason_and_rejoins_once_
         timeout=180,
         what="the recovered pod to pass and rejoin",
     )
+
+
+def test_a_ready_pod_whose_server_restarts_is_held_out_until_it_passes_again(kubectl: Kubectl, namespace: str) -> None:
+    import datetime
+    import json
+    import time
+
+    # recheckSeconds stays at its 600 s: no scheduled re-check comes within this test, only the restart's.
+    kubectl.apply(B("restarts").model("zai-org/GLM-5.3").accelerator("GB300").tensor(4).build(), "-n", namespace)
+    eventually(
+        lambda: kubectl.get("glmd", "restarts", namespace)["status"].get("readyReplicas") == 1,
+        timeout=120,
+        what="the deployment to serve",
+    )
+    (pod,) = _pods(kubectl, namespace, "restarts")
+    name = pod["metadata"]["name"]
+    server = next(c for c in pod["status"]["containerStatuses"] if c["name"] == "vllm")
+    verdict = kubectl.get("glmd", "restarts", namespace)["status"]["canary"]["pods"][name]["checkedAt"]
+    # kwok's node restarts no container: this writes what a kubelet writes when it starts the server container again
+    # after an OOM kill (on the real node, tests/e2e/test_real_vllm_pod.py kills the real server).
+    restarted_at = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status = {
+        "name": "vllm",
+        "restartCount": server["restartCount"] + 1,
+        "state": {"running": {"startedAt": restarted_at}},
+        "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": restarted_at}},
+    }
+    start = time.monotonic()
+    kubectl.run(
+        "patch", "pod", name, "-n", namespace, "--subresource=status", "--type=strategic",
+        "-p", json.dumps({"status": {"containerStatuses": [status]}}),
+    )  # fmt: skip
+
+    def held_out() -> dict[str, Any]:
+        conds = _conds(next(p for p in _pods(kubectl, namespace, "restarts") if p["metadata"]["name"] == name))
+        assert conds[CANARY_CONDITION]["reason"] == Reason.SERVER_RESTARTED, conds[CANARY_CONDITION]
+        return conds
+
+    # Sampled often: the simulator's suite passes again within seconds, and the gate with it.
+    conds = eventually(held_out, timeout=30, interval=0.05, what="the restarted pod's gate to go False")
+    out_after = time.monotonic() - start
+    assert conds[CANARY_CONDITION]["status"] == "False", conds  # a readiness gate False: the pod is not Ready
+    assert "restart 1" in conds[CANARY_CONDITION]["message"], conds[CANARY_CONDITION]
+    events = kubectl.run("get", "events", "-n", namespace, "--field-selector", "involvedObject.name=restarts").stdout
+    assert Reason.SERVER_RESTARTED in events
+
+    def judged_again() -> float:
+        report = kubectl.get("glmd", "restarts", namespace)["status"]["canary"]["pods"][name]
+        assert report["checkedAt"] > verdict and report["passed"] is True, report
+        gate = _conds(next(p for p in _pods(kubectl, namespace, "restarts") if p["metadata"]["name"] == name))
+        assert gate[CANARY_CONDITION]["status"] == "True" and gate["Ready"]["status"] == "True", gate
+        return time.monotonic() - start
+
+    back_after = eventually(judged_again, timeout=120, what="the new server to pass and rejoin")
+    print(f"restart: gate False after {out_after:.2f} s, passed and Ready again after {back_after:.1f} s")

@@ -17,7 +17,14 @@ from glm_operator.canary.supervisor import PodTasks, WatchedPod
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.planner.deployment import Observed, plan
 from glm_operator.planner.stored import parse_stored
-from glm_operator.render.canary_state import NEVER_S, GateState, gate_condition, pod_is_serving_ready
+from glm_operator.render.canary_state import (
+    NEVER_S,
+    GateState,
+    gate_condition,
+    pod_is_serving_ready,
+    server_restarts,
+    server_started_at,
+)
 from glm_operator.rules.engine import admit
 from tests.support.cluster import REPO
 
@@ -274,7 +281,18 @@ def _pod_as_the_watch_delivers_it() -> dict[str, Any]:
             "hostIP": "10.0.0.1",
             "conditions": conditions,
             "containerStatuses": [
-                {"name": c["name"], "ready": True, "image": c["image"]} for c in template["spec"]["containers"]
+                {
+                    "name": c["name"],
+                    "ready": True,
+                    "image": c["image"],
+                    "imageID": "sha256:" + "0" * 64,
+                    "containerID": "containerd://" + "1" * 64,
+                    "restartCount": 2,
+                    "started": True,
+                    "state": {"running": {"startedAt": "2026-11-30T12:00:00Z"}},
+                    "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "message": "x " * 200}},
+                }
+                for c in template["spec"]["containers"]
             ],
         },
     }
@@ -302,7 +320,13 @@ def test_a_watched_pod_keeps_only_what_the_gate_reads_never_the_spec_or_managed_
     assert set(kept["metadata"]) == {"namespace", "name", "uid", "resourceVersion", "labels"}, (
         "no managedFields, annotations, owners"
     )
-    assert set(kept["status"]) == {"phase", "podIP", "conditions"}
+    assert set(kept["status"]) == {"phase", "podIP", "conditions", "containerStatuses"}
+    # The server container's restart count and start time only: a restart is a new server to judge.
+    assert kept["status"]["containerStatuses"] == [
+        {"name": "vllm", "restartCount": 2, "state": {"running": {"startedAt": "2026-11-30T12:00:00Z"}}}
+    ]
+    assert server_restarts(kept["status"]) == server_restarts(full["status"]) == 2
+    assert server_started_at(kept["status"]) == server_started_at(full["status"]) == NOW
     others = [c for c in kept["status"]["conditions"] if c["type"] != CANARY_CONDITION]
     assert others and all(set(c) <= {"type", "status"} for c in others)
     # The gate's own condition whole: whether a verdict changes it is decided from the view, without a GET.

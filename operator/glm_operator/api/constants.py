@@ -69,6 +69,7 @@ prunes them (k8s/objects.py), and the chart grants exactly these (tests/unit/tes
 # --- Ports -------------------------------------------------------------------------------------------------------
 
 VLLM_PORT = 8000
+SERVER_CONTAINER = "vllm"  # the container running vLLM in every pod glmops renders
 """vLLM's HTTP port in every serving pod: the Service, the probes, the canaries and the simulator fleet use it."""
 
 # --- Status conditions -------------------------------------------------------------------------------------------
@@ -97,6 +98,7 @@ class Reason(StrEnum):
     CANARY_PASSED = "CanaryPassed"
     CANARY_FAILED = "CanaryFailed"
     CANARY_UNREACHABLE = "CanaryUnreachable"
+    SERVER_RESTARTED = "ServerRestarted"
     BLOCKED = "Blocked"
     APPLIED = "Applied"
     WAITING_FOR_IMAGE = "WaitingForImage"

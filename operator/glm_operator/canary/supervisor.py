@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from glm_operator.api.constants import CANARY_CONDITION
+from glm_operator.api.constants import CANARY_CONDITION, SERVER_CONTAINER
 
 log = logging.getLogger(__name__)
 PodKey = tuple[str, str]  # namespace, name
@@ -35,7 +35,8 @@ CANARY_CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitio
 
 def gate_view(body: dict[str, Any]) -> dict[str, Any]:
     """The part of a pod body the gate reads, in the body's own shape: identity, version and labels, phase, pod IP,
-    each condition's type and status (ContainersReady), and the canary's own readiness-gate condition whole."""
+    each condition's type and status (ContainersReady), the canary's own readiness-gate condition whole, and the
+    server container's restart count and start time (a restarted server is judged again before it serves)."""
     meta = body.get("metadata") or {}
     status = body.get("status") or {}
     conditions = [
@@ -50,6 +51,17 @@ def gate_view(body: dict[str, Any]) -> dict[str, Any]:
     kept_status = {k: status[k] for k in ("phase", "podIP") if k in status}
     if conditions:
         kept_status["conditions"] = conditions
+    server = [
+        {
+            "name": SERVER_CONTAINER,
+            "restartCount": c.get("restartCount"),
+            "state": {"running": {"startedAt": ((c.get("state") or {}).get("running") or {}).get("startedAt")}},
+        }
+        for c in status.get("containerStatuses") or []
+        if isinstance(c, dict) and c.get("name") == SERVER_CONTAINER
+    ]
+    if server:
+        kept_status["containerStatuses"] = server
     kept_meta = {k: meta[k] for k in ("namespace", "name", "uid", "resourceVersion") if k in meta}
     kept_meta["labels"] = dict(meta.get("labels") or {})
     return {"metadata": kept_meta, "status": kept_status}

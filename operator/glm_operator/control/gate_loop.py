@@ -3,8 +3,10 @@
 One task per serving pod (`canary/supervisor.py` keeps them, following the pod watch of `handlers/canary.py`):
 `canary_gate` waits for the pod's server, runs `canary/suite.py` against it, lets `render/canary_state.py`
 `GateState` decide the gate, writes it through `k8s/pods.py` and the pod's report into `status.canary`, and re-checks
-at the deployment's interval. A headless worker of a multi-node group mirrors its leader's gate instead. An API
-server that does not answer is waited out (`_api`), never counted against the pod.
+at the deployment's interval. A server container the kubelet restarts (its restart count moves in the pod's status)
+has its gate set False at once, before its readiness probe can pass, and is judged again as soon as it is up. A
+headless worker of a multi-node group mirrors its leader's gate instead. An API server that does not answer is
+waited out (`_api`), never counted against the pod.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from glm_operator.render.canary_state import (
     GateState,
     gate_condition,
     pod_is_serving_ready,
+    server_restarts,
+    server_started_at,
     suite_inputs_for,
     summarize,
 )
@@ -107,13 +111,21 @@ async def canary_gate(pod: WatchedPod, context: Runtime, watched: PodView, runs:
         return
     state = GateState()  # lives as long as the task: nothing below may end it but the pod going away
     body = _deployment(context, pod.namespace, parent)
-    delay: float | None = _resume_delay(pod, body, state)
+    delay: float | None
+    delay, restarted_unwatched = _resume(pod, body, state)
     if pod.name in (((body or {}).get("status") or {}).get("canary") or {}).get("running", {}):
         await runs.remove(pod.namespace, parent, pod.name)  # left by a run this task never saw end (a restart)
-    if delay:
-        await pod.wait(delay)
+    seen = server_restarts(pod.status)
+    if restarted_unwatched:
+        await _server_restarted(pod, parent, state, seen, context)
+    elif delay:
+        await _wait_unless_restarted(pod, delay, seen)
     while not pod.stopped:
         status = pod.status
+        if server_restarts(status) != seen:
+            previous, seen = seen, server_restarts(status)
+            if previous is not None:  # None: the kubelet had not reported the container yet
+                await _server_restarted(pod, parent, state, seen, context)
         if not pod_is_serving_ready(status) or not status.get("podIP"):
             await pod.wait(2, or_change=True)
             continue
@@ -126,7 +138,7 @@ async def canary_gate(pod: WatchedPod, context: Runtime, watched: PodView, runs:
             await _report_unreachable(pod, parent, state, detail, context)
         if delay is None:
             return  # the GLMDeployment is gone
-        await pod.wait(delay)
+        await _wait_unless_restarted(pod, delay, seen)
     if pod.gone:  # the pod was deleted: its report goes; an operator that stops or pauses keeps them
         await asyncio.to_thread(_forget, pod.namespace, parent, pod.name, context)
 
@@ -162,13 +174,41 @@ async def _report_unreachable(pod: WatchedPod, parent: str, state: GateState, de
         log.warning("could not report the unreachable pod %s/%s: %s", pod.namespace, pod.name, err_detail(err))
 
 
-def _resume_delay(pod: WatchedPod, body: dict[str, Any] | None, state: GateState) -> float:
-    """After a restart: trust a recent verdict recorded in status instead of asking every pod again at once."""
+def _resume(pod: WatchedPod, body: dict[str, Any] | None, state: GateState) -> tuple[float, bool]:
+    """After an operator restart: trust a recent verdict recorded in status instead of asking every pod again at
+    once; the delay to the first run, and whether the pod's server started after the verdict its gate shows."""
     if body is None:
-        return 0.0
+        return 0.0, False
     report = (((body.get("status") or {}).get("canary") or {}).get("pods") or {}).get(pod.name)
     recheck = GLMDeployment.model_validate(body).spec.canary.recheck_seconds
-    return state.resume(gate_condition(pod.body), report, recheck)
+    delay = state.resume(gate_condition(pod.body), report, recheck)
+    return delay, state.gate == "True" and state.restarted_since(report, server_started_at(pod.status))
+
+
+async def _wait_unless_restarted(pod: WatchedPod, seconds: float, seen: int | None) -> None:
+    """Sleep until the next check is due, waking as soon as the server container restarts (or the task stops)."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not pod.stopped and server_restarts(pod.status) == seen:
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            return
+        await pod.wait(left, or_change=True)
+
+
+async def _server_restarted(
+    pod: WatchedPod, parent: str, state: GateState, restarts: int | None, context: Runtime
+) -> None:
+    """The server container restarted: gate False at once (a Warning Event when that takes the pod out of service);
+    the loop judges the new server as soon as it is up, whatever backoff the old one had earned."""
+    was_serving = state.gate == "True"
+    decision = state.restarted(restarts)
+    log.info("pod %s/%s: %s", pod.namespace, pod.name, decision[2])
+    body = _deployment(context, pod.namespace, parent)
+    try:
+        if await _write_gate(pod, decision) and was_serving and body is not None:
+            kopf.warn(kopf.Body(cast(kopf.RawBody, body)), reason=decision[1], message=f"pod {pod.name}: {decision[2]}")
+    except Exception as err:  # noqa: BLE001 - a refused write (403, 500) must not end the gate: it runs the suite next
+        log.warning("could not hold restarted pod %s/%s out: %s", pod.namespace, pod.name, err_detail(err))
 
 
 async def _check_once(

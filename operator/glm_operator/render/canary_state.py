@@ -2,7 +2,8 @@
 
 A pod that has never passed fails at once and is retried with backoff (15 s doubling to 10 min). A
 Ready pod is taken out only after `failuresToUnready` consecutive failed re-checks, so one slow or
-unlucky answer does not flap it.
+unlucky answer does not flap it. A server container that restarts (OOM, a failed liveness probe, a
+crash) is another server: its gate goes False at once and the canaries judge it before it serves.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Literal
 
 from glm_operator.api import GLMDeployment
 from glm_operator.api.conditions import now_rfc3339
-from glm_operator.api.constants import CANARY_CONDITION, Reason
+from glm_operator.api.constants import CANARY_CONDITION, SERVER_CONTAINER, Reason
 from glm_operator.canary.gsm8k_data import Item
 from glm_operator.canary.results import SuiteResult
 from glm_operator.canary.suite import DEFAULT_GSM8K_EXPECTED, DEFAULT_GSM8K_THRESHOLD, SuiteInputs
@@ -32,6 +33,24 @@ def pod_is_serving_ready(status: dict[str, Any]) -> bool:
     """The server container is up (its readiness probe passes): time to ask it questions."""
     conds = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
     return status.get("phase") == "Running" and conds.get("ContainersReady") == "True"
+
+
+def _server_status(status: dict[str, Any]) -> dict[str, Any]:
+    return next(
+        (c for c in status.get("containerStatuses") or [] if isinstance(c, dict) and c.get("name") == SERVER_CONTAINER),
+        {},
+    )
+
+
+def server_restarts(status: dict[str, Any]) -> int | None:
+    """How often the kubelet has restarted the server container (None before it reports the container)."""
+    count = _server_status(status).get("restartCount")
+    return count if isinstance(count, int) else None
+
+
+def server_started_at(status: dict[str, Any]) -> datetime.datetime | None:
+    """When the running server container started (None while it is not running)."""
+    return parse_rfc3339(((_server_status(status).get("state") or {}).get("running") or {}).get("startedAt"))
 
 
 @dataclass
@@ -89,6 +108,18 @@ class GateState:
             return NEVER_S
         age = ((now or datetime.datetime.now(datetime.UTC)) - checked).total_seconds()
         return max(float(recheck_seconds) - max(age, 0.0), 0.0)
+
+    @staticmethod
+    def restarted_since(report: Any, started: datetime.datetime | None) -> bool:
+        """Whether the server container started after the report its gate stands on (it restarted unwatched)."""
+        checked = parse_rfc3339(report.get("checkedAt")) if isinstance(report, dict) else None
+        return started is not None and checked is not None and started > checked
+
+    def restarted(self, restarts: int | None) -> Decision:
+        """The server container restarted: the verdicts so far judged another process. Out until it passes again."""
+        self.gate, self.failures, self.unreachable = "False", 0, 0
+        count = f" (restart {restarts})" if restarts is not None else ""
+        return "False", Reason.SERVER_RESTARTED, f"the server container restarted{count}; the canaries judge it again"
 
     def observe(self, result: SuiteResult, failures_to_unready: int) -> Decision | None:
         self.unreachable = 0

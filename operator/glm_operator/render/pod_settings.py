@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from glm_operator.api.constants import SERVER_CONTAINER
 from glm_operator.api.pod import Affinity, PodSettings
 
 
@@ -88,7 +89,7 @@ def merge_pod_settings(template: dict[str, Any], settings: PodSettings) -> dict[
     if settings.annotations:
         meta["annotations"] = {**settings.annotations, **meta.get("annotations", {})}
     for container in spec["containers"]:
-        if container.get("name") == "vllm":
+        if container.get("name") == SERVER_CONTAINER:
             _merge_container(container, settings)
     if settings.node_selector:
         spec["nodeSelector"] = {**spec.get("nodeSelector", {}), **settings.node_selector}

@@ -21,6 +21,7 @@ from glm_operator.api.constants import (
     LABEL_SERVING,
     MANAGED,
     ROLE_GROUP,
+    SERVER_CONTAINER,
     selector,
 )
 from glm_operator.render import network
@@ -115,7 +116,7 @@ def _container(
 ) -> dict[str, Any]:
     gpus = {plan.resource_name: str(plan.gpus_per_pod)}
     container: dict[str, Any] = {
-        "name": "vllm",
+        "name": SERVER_CONTAINER,
         "image": plan.pinned_image,
         "env": _env(plan, glmd, extra_env),
         "resources": {"limits": dict(gpus), "requests": dict(gpus)},
