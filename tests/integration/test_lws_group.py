@@ -8,8 +8,9 @@ what glmops promises on top (no traffic to a group before its canaries pass) are
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -135,19 +136,30 @@ def test_a_two_node_replica_forms_one_lws_group_that_serves_only_after_its_canar
     )
 
     # A worker lost: LWS recreates the whole group, and the Service stops sending to it until the new group passes.
-    old = {p["metadata"]["uid"] for p in _group(kubectl, namespace).values()}
+    worker_name = worker["metadata"]["name"]
+    stopped_after, back = _lose_and_reform(
+        kubectl, namespace, lambda: kubectl.run("delete", "pod", worker_name, "-n", namespace, "--wait=false")
+    )
+    print(
+        f"[figures] worker lost -> group no longer served {stopped_after:.1f}s, new group passed and served {back:.1f}s"
+    )
+
+
+def _lose_and_reform(kubectl: Kubectl, namespace: str, lose: Callable[[], object]) -> tuple[float, float]:
+    """Lose part of the serving group (`lose`): seconds until the group is out of the Service, and until a whole new
+    group (leader and worker both recreated) serves, which its gate allowed only once its canaries passed."""
+    old = _running_group(kubectl, namespace)
+    old_uids = {p["metadata"]["uid"] for p in old.values()}
+    assert _serving(kubectl, namespace) == {old["0"]["metadata"]["uid"]}, "the group serves before it is hurt"
     lost = time.monotonic()
-    kubectl.run("delete", "pod", worker["metadata"]["name"], "-n", namespace, "--wait=false")
-
-    def stopped() -> bool:
-        return leader_uid not in _serving(kubectl, namespace)
-
-    eventually(stopped, timeout=60, interval=0.1, what="the group to stop serving")
+    lose()
+    eventually(lambda: not _serving(kubectl, namespace), timeout=60, interval=0.1, what="the group to stop serving")
     stopped_after = time.monotonic() - lost
 
     def reformed() -> dict[str, dict[str, Any]]:
         pods = _running_group(kubectl, namespace)
-        assert not old & {p["metadata"]["uid"] for p in pods.values()}, "leader and worker both recreated"
+        # The worker goes with its leader, and the leader with its worker: LWS recreates the group whole.
+        assert not old_uids & {p["metadata"]["uid"] for p in pods.values()}, "leader and worker both recreated"
         return pods
 
     pods = eventually(reformed, timeout=120, what="LWS to recreate the group")
@@ -159,9 +171,7 @@ def test_a_two_node_replica_forms_one_lws_group_that_serves_only_after_its_canar
     assert gate["status"] == "True" and gate["reason"] == Reason.CANARY_PASSED
     # The readiness gate held the new leader out of the Service until its canaries passed, never before.
     assert ready["lastTransitionTime"] >= gate["lastTransitionTime"], (ready, gate)
-    print(
-        f"[figures] worker lost -> group no longer served {stopped_after:.1f}s, new group passed and served {back:.1f}s"
-    )
+    return stopped_after, back
 
 
 GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
@@ -171,31 +181,48 @@ REVISION = "leaderworkerset.sigs.k8s.io/template-revision-hash"
 def test_a_lost_leader_takes_its_group_out_of_the_service_until_a_new_group_passes(
     kubectl: Kubectl, namespace: str
 ) -> None:
+    pods = _serving_group(kubectl, namespace)
+    leader = pods["0"]["metadata"]["name"]
+    # The worker goes with its leader: LWS owns the worker StatefulSet by the leader pod.
+    stopped_after, back = _lose_and_reform(
+        kubectl, namespace, lambda: kubectl.run("delete", "pod", leader, "-n", namespace, "--wait=false")
+    )
+    print(f"\n[figures] leader lost -> group no longer served {stopped_after:.1f}s, new group served {back:.1f}s")
+
+
+def test_a_worker_container_restarting_in_place_recreates_the_group_which_serves_only_after_it_passes(
+    kubectl: Kubectl, namespace: str
+) -> None:
+    worker = _serving_group(kubectl, namespace)["1"]
+    (server,) = [c for c in worker["status"]["containerStatuses"] if c["name"] == "vllm"]
+    # kwok restarts no container: this writes what a kubelet writes once it has started the container again. The
+    # LWS controller reads the restart count (RecreateGroupOnPodRestart): the group goes whole, not just the pod.
+    patch = {"status": {"containerStatuses": [{"name": "vllm", "restartCount": server["restartCount"] + 1}]}}
+    stopped_after, back = _lose_and_reform(
+        kubectl,
+        namespace,
+        lambda: kubectl.run(
+            "patch",
+            "pod",
+            worker["metadata"]["name"],
+            "-n",
+            namespace,
+            "--subresource=status",
+            "--type=strategic",
+            "-p",
+            json.dumps(patch),
+        ),  # fmt: skip
+    )
+    print(f"\n[figures] worker restarted -> group no longer served {stopped_after:.1f}s, new group served {back:.1f}s")
+
+
+def _serving_group(kubectl: Kubectl, namespace: str) -> dict[str, dict[str, Any]]:
+    """The test deployment (TP8 x PP2 on H200: one group of two pods) applied, once its leader serves."""
     kubectl.apply(B(NAME).accelerator("H200").tensor(8).pipeline(2).build(), "-n", namespace)
     pods = eventually(lambda: _running_group(kubectl, namespace), timeout=120, what="the leader and worker running")
     leader_uid = pods["0"]["metadata"]["uid"]
     eventually(lambda: _serving(kubectl, namespace) == {leader_uid}, timeout=180, what="the leader to serve")
-    old = {p["metadata"]["uid"] for p in pods.values()}
-
-    lost = time.monotonic()
-    kubectl.run("delete", "pod", pods["0"]["metadata"]["name"], "-n", namespace, "--wait=false")
-    eventually(lambda: not _serving(kubectl, namespace), timeout=60, interval=0.1, what="the group to stop serving")
-    stopped_after = time.monotonic() - lost
-
-    def reformed() -> dict[str, dict[str, Any]]:
-        pods = _running_group(kubectl, namespace)
-        # The worker goes with its leader: LWS owns the worker StatefulSet by the leader pod.
-        assert not old & {p["metadata"]["uid"] for p in pods.values()}, "leader and worker both recreated"
-        return pods
-
-    pods = eventually(reformed, timeout=120, what="LWS to recreate the group")
-    new_uid = pods["0"]["metadata"]["uid"]
-    eventually(lambda: _serving(kubectl, namespace) == {new_uid}, timeout=180, what="the new group to serve")
-    back = time.monotonic() - lost
-    conditions = {c["type"]: c for c in _group(kubectl, namespace)["0"]["status"]["conditions"]}
-    gate, ready = conditions[CANARY_CONDITION], conditions["Ready"]
-    assert gate["status"] == "True" and ready["lastTransitionTime"] >= gate["lastTransitionTime"], (ready, gate)
-    print(f"\n[figures] leader lost -> group no longer served {stopped_after:.1f}s, new group served {back:.1f}s")
+    return pods
 
 
 @pytest.fixture

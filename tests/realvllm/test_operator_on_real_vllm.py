@@ -19,14 +19,14 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from glm_operator.api.constants import CANARY_CONDITION, VLLM_PORT, Reason
+from glm_operator.api.constants import VLLM_PORT, Reason
 from tests.conftest import TEST_METRICS_PORT, OperatorProcess
 from tests.realvllm import prometheus as prom
 from tests.realvllm.conftest import SERVED_NAME, RealServer
 from tests.realvllm.forwarder import Forwarder
 from tests.realvllm.rendered import SPEC, rendered_pod
 from tests.support.cluster import Kubectl, eventually
-from tests.support.glmd import failed_canary_report
+from tests.support.glmd import assert_random_model_failed, endpoint_conditions, failed_canary_report
 
 pytestmark = pytest.mark.cluster
 NAME = SPEC["metadata"]["name"]
@@ -149,27 +149,10 @@ def test_a_random_model_behind_a_pod_fails_its_canaries_and_never_joins_the_serv
 
     # The answers came from the real server: its own null-content counter moved with the operator's questions.
     assert _null_counts(real_vllm.url) >= nulls_before + 1
-    # Every chat answer ends inside the never-closed reasoning block; completions give wrong numbers.
-    assert {"smoke", "gsm8k", "null-content", "copy"} <= set(report["failed"]), report
-    message = report["message"]
-    assert re.search(r"smoke 0 \(threshold [0-9.]+\): 0/\d+ correct", message), message
-    assert re.search(r"gsm8k [0-9.]+ \(threshold 0\.82\): [01]/\d+ correct", message), message
-    null_rate = re.search(r"null-content ([0-9.]+) \(threshold 0\.05\)", message)
-    assert null_rate and float(null_rate[1]) > 0.05, message  # decided at the second empty answer
-
     # The pod stays out of the Service: gate False, not Ready, no ready endpoint on its IP.
-    current = _serving_pod(kubectl, namespace)
-    conditions = {c["type"]: c for c in current["status"]["conditions"]}
-    assert conditions[CANARY_CONDITION]["status"] == "False"
-    assert conditions[CANARY_CONDITION]["reason"] == Reason.CANARY_FAILED
-    assert "null-content" in conditions[CANARY_CONDITION]["message"]
-    assert conditions["Ready"]["status"] == "False"
-    slices = kubectl.get("endpointslices", namespace=namespace)["items"]
-    ours = [s for s in slices if s["metadata"]["labels"].get("kubernetes.io/service-name") == NAME]
-    assert ours, "the GLMDeployment's Service has an EndpointSlice"
-    for endpoint in (e for s in ours for e in s.get("endpoints") or []):
-        if pod_ip in endpoint["addresses"]:
-            assert endpoint["conditions"].get("ready") is False, endpoint
+    null_rate = assert_random_model_failed(report, _serving_pod(kubectl, namespace))
+    assert re.search(r"gsm8k [0-9.]+ \(threshold 0\.82\): [01]/\d+ correct", report["message"]), report
+    assert all(c.get("ready") is False for c in endpoint_conditions(kubectl, namespace, NAME, pod_ip))
 
     glmd = kubectl.get("glmd", NAME, namespace)
     status = glmd["status"]
@@ -188,6 +171,6 @@ def test_a_random_model_behind_a_pod_fails_its_canaries_and_never_joins_the_serv
     for check in ("smoke", "gsm8k", "null-content", "copy"):
         assert f'glmops_canary_check_passed{{check="{check}",{labels},pod="{pod_name}"}} 0.0' in metrics, check
     per_unit = re.search(rf'glmops_canary_null_content_ratio{{{labels},pod="{pod_name}"}} (\S+)', metrics)
-    assert per_unit and float(per_unit[1]) == pytest.approx(float(null_rate[1]), abs=0.01)
+    assert per_unit and float(per_unit[1]) == pytest.approx(null_rate, abs=0.01)
     value = re.search(rf'glmops_canary_check_value{{check="null-content",{labels}}} (\S+)', metrics)
-    assert value and float(value[1]) == pytest.approx(float(null_rate[1]), abs=0.01)
+    assert value and float(value[1]) == pytest.approx(null_rate, abs=0.01)
