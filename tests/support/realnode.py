@@ -215,17 +215,18 @@ def _node_gpus(kubectl: Kubectl, resource: str) -> tuple[str | None, str | None]
 
 
 @contextmanager
-def gpu_stand_in(kubectl: Kubectl, accelerator: Accelerator) -> Iterator[None]:
-    """The real node labelled as the catalog selects `accelerator`'s nodes and advertising its GPUs.
+def gpu_stand_in(kubectl: Kubectl, accelerator: Accelerator, nodes: int = 1) -> Iterator[None]:
+    """The real node labelled as the catalog selects `accelerator`'s nodes and advertising the GPUs of `nodes` of them.
 
     The GPUs are an extended resource on the node's status (`kubectl patch --subresource=status`, as any node-level
     extended resource is advertised): the scheduler and the kubelet count them, no device plugin serves them, and
-    the containers get no device. Label and resource are taken off the node afterwards.
+    the containers get no device. With `nodes` 2 the one real node holds both pods of a group that needs two nodes'
+    GPUs. Label and resource are taken off the node afterwards.
     """
     labels = {key: values[0] for key, values in accelerator.node_selector.items()}
     resource = accelerator.resource_name
     capacity = f"/status/capacity/{_json_pointer(resource)}"
-    count = str(accelerator.gpus_per_node)
+    count = str(accelerator.gpus_per_node * nodes)
     kubectl.run("label", "node", NODE_NAME, "--overwrite", *(f"{k}={v}" for k, v in labels.items()))
     patch = [{"op": "add", "path": capacity, "value": count}]
     kubectl.run("patch", "node", NODE_NAME, "--subresource=status", "--type=json", "-p", json.dumps(patch))
