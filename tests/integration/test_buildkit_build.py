@@ -48,17 +48,19 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from glm_operator.api.glmimage import Builder
+from glm_operator.api.glmimage import Builder, GLMImage
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.k8s.registry import Credentials, RegistryError, remote_digest
 from glm_operator.planner.image import ImageObserved, plan_start
 from glm_operator.render.dockerfile import PLUGIN_VERSION
 from glm_operator.render.imagebuild import (
     BUILD_CONFIG_DIR,
+    BUILDKITD_START_TRIES,
     DOCKER_CONFIG_DIR,
     REGISTRY_CA_DIR,
     WORKSPACE,
     BuildSettings,
+    build_job,
     cache_ref,
     glmimage_manifest,
 )
@@ -154,9 +156,9 @@ class Builders:
 
 
 @pytest.fixture(scope="module")
-def builders() -> Iterator[Builders]:
-    """The registry and buildkitd as local processes (root), with the Debian base pushed to the registry."""
-    tools = Path(
+def tools() -> Path:
+    """The folder of the registry, BuildKit's binaries and its buildctl-daemonless.sh, built from their modules."""
+    return Path(
         subprocess.run(
             [str(CLUSTER_DIR / "build-image-tools.sh")],
             env=script_env(),
@@ -166,6 +168,11 @@ def builders() -> Iterator[Builders]:
             timeout=1800,
         ).stdout.splitlines()[-1]
     )
+
+
+@pytest.fixture(scope="module")
+def builders(tools: Path) -> Iterator[Builders]:
+    """The registry and buildkitd as local processes (root), with the Debian base pushed to the registry."""
     base = subprocess.run(
         [str(REPO / "hack" / "base-image.sh")], capture_output=True, text=True, check=True, timeout=1800
     ).stdout.splitlines()[-1]
@@ -291,6 +298,52 @@ def _run_job(
     seconds = time.monotonic() - start
     digest = termination.read_text().strip() if termination.exists() else ""
     return Build(planned.ref, proc.returncode, proc.stdout + proc.stderr, digest, seconds)
+
+
+def _daemonless(tools: Path, env: dict[str, str], up_after: float) -> subprocess.CompletedProcess[str]:
+    """BuildKit's own buildctl-daemonless.sh, with a daemon that answers `buildctl debug workers` only `up_after`
+    seconds after it was started (as rootless buildkitd on a loaded node), and the build a client that echoes."""
+    work = Path(tempfile.mkdtemp(prefix="glmops-daemonless-"))
+    try:
+        daemon, client = work / "buildkitd", work / "buildctl"
+        daemon.write_text(f'#!/bin/sh\necho "daemon $*"\ndate +%s.%N > {work}/started\nexec sleep 300\n')
+        client.write_text(
+            "#!/bin/sh\n"
+            f"[ -f {work}/started ] || exit 1\n"
+            f'awk -v s="$(cat {work}/started)" -v n="$(date +%s.%N)" \'BEGIN {{ exit !(n - s >= {up_after}) }}\' '
+            "|| exit 1\n"
+            'echo "client $*"\n'
+        )
+        daemon.chmod(0o755)
+        client.chmod(0o755)
+        run_env = {**os.environ, **env, "BUILDKITD": str(daemon), "BUILDCTL": str(client)}
+        script = str(tools / "buildctl-daemonless.sh")
+        return subprocess.run([script, "build", "--x"], env=run_env, capture_output=True, text=True, timeout=120)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_the_build_container_waits_for_a_daemon_slow_to_start(tools: Path) -> None:
+    """The build Job's env gives BuildKit's script a start-up wait a loaded node needs; its default (about 2.2 s)
+    failed a real-node build with an empty daemon log."""
+    image = GLMImage.model_validate(
+        {
+            **glmimage_manifest("cuda", "0.33.0", "r.example/x:1", (), Builder.BUILDKIT),
+            "metadata": {"name": "x", "uid": "u"},
+        }
+    )
+    settings = BuildSettings(enabled=True, registry="r.example", builder=Builder.BUILDKIT)
+    job = build_job(image, settings, {})
+    env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["BUILDCTL_CONNECT_RETRIES_MAX"] == str(BUILDKITD_START_TRIES)
+    start = time.monotonic()
+    rendered = _daemonless(tools, env, up_after=6)
+    assert rendered.returncode == 0, rendered.stderr
+    assert "client --addr=unix://" in rendered.stdout and "build --x" in rendered.stdout
+    assert time.monotonic() - start >= 6
+    defaults = _daemonless(tools, {k: v for k, v in env.items() if k != "BUILDCTL_CONNECT_RETRIES_MAX"}, up_after=6)
+    assert defaults.returncode == 1
+    assert "could not connect" in defaults.stderr and "daemon " in defaults.stderr, defaults.stderr
 
 
 def test_the_rendered_build_job_pushes_the_patched_image_and_reports_its_digest(builders: Builders) -> None:

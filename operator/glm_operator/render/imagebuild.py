@@ -331,6 +331,13 @@ _BUILDKIT_SCRIPT = (
 )
 
 
+# How many times buildctl-daemonless.sh asks the daemon it started whether it is up before it gives up. The
+# script's default (10) is about 2.2 s of waiting (it sleeps 100 ms + 20 ms per try): on a node under load rootless
+# buildkitd was seen not to answer within that, failing the build with an empty daemon log. 60 tries wait about
+# 43 s: a daemon that does not start within that has a reason, and its log is printed with the failure.
+BUILDKITD_START_TRIES = 60
+
+
 def cache_ref(ref: str) -> str:
     """Where BuildKit keeps an image's layer cache: the same repository, tag `<tag>-buildcache` (the push secret
     that reaches the image reaches it, and the base's layers are already there: nothing large is uploaded twice)."""
@@ -367,7 +374,10 @@ def _buildkit(image: GLMImage, settings: BuildSettings, args: dict[str, str]) ->
         # no_new_privs and rootlesskit stops at "newuidmap: write to uid_map failed" (docs/image-builds.md).
         # BuildKit's own rootless Job leaves it allowed too. No capability is added; without a process
         # sandbox its mounts need seccomp and AppArmor unconfined.
-        "env": [{"name": "BUILDKITD_FLAGS", "value": " ".join(daemon)}],
+        "env": [
+            {"name": "BUILDKITD_FLAGS", "value": " ".join(daemon)},
+            {"name": "BUILDCTL_CONNECT_RETRIES_MAX", "value": str(BUILDKITD_START_TRIES)},
+        ],
         "securityContext": {
             "runAsUser": 1000,
             "runAsGroup": 1000,
