@@ -289,6 +289,23 @@ def test_a_right_granted_to_one_user_object_and_namespace_is_not_lent_to_another
     assert len(asked) == 2
 
 
+def test_all_granted_says_whether_the_api_server_would_be_asked_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = _fake_authorizer(monkeypatch, allowed={"mine", "also-mine"})
+    now = [100.0]
+    granted = k8s_access.GrantedRights(clock=lambda: now[0])
+    alice = {"username": "alice", "uid": "u1", "groups": ["team-a"]}
+    mine, also = AccessNeed("a", "get", "secrets", "mine"), AccessNeed("b", "get", "secrets", "also-mine")
+    assert not k8s_access.all_granted([mine], "ns", alice, granted)
+    k8s_access.denied([mine], "ns", alice, granted)
+    assert k8s_access.all_granted([mine], "ns", alice, granted)
+    assert not k8s_access.all_granted([mine, also], "ns", alice, granted)  # one of them is still to be asked
+    assert not k8s_access.all_granted([mine], "ns", {**alice, "username": "bob"}, granted)
+    assert not k8s_access.all_granted([mine], "other", alice, granted)
+    now[0] += k8s_access.ALLOWED_TTL_S
+    assert not k8s_access.all_granted([mine], "ns", alice, granted)
+    assert len(asked) == 1
+
+
 def test_the_rights_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(k8s_access, "ALLOWED_ENTRIES", 3)
     granted = k8s_access.GrantedRights()

@@ -228,3 +228,31 @@ def test_the_server_answers_over_tls_through_answer_and_never_calls_kopf(tmp_pat
 
     serve_while(server, kopf_fn, scenario)
     assert REGISTRY.get_sample_value("glmops_webhook_request_duration_seconds_count", errors) == errors_before + 1
+
+
+MANAGED_FIELDS = [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {"f:engine": {}}}}]
+
+
+@pytest.mark.parametrize(("name", "obj"), OBJECTS[:9], ids=[n for n, _ in OBJECTS[:9]])
+def test_managed_fields_are_not_judged_and_change_nothing(
+    name: str, obj: dict[str, Any], context: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rules never see metadata.managedFields (half a review's object, read by no rule); the answers, patch
+    included, are those for the object without it."""
+    judged: list[dict[str, Any]] = []
+
+    def recorded(o: dict[str, Any], catalogs: Any) -> Any:
+        judged.append(o)
+        return admit(o, catalogs)
+
+    with_fields = copy.deepcopy(obj)
+    with_fields["metadata"]["managedFields"] = MANAGED_FIELDS
+    plain = {
+        webhook: asyncio.run(admission.answer(_review(obj), webhook, runtime(kopf.Memo())))["response"]
+        for webhook in (REPAIR_WEBHOOK_ID, VALIDATE_WEBHOOK_ID)
+    }
+    monkeypatch.setattr(admission, "admit", recorded)
+    for webhook in (REPAIR_WEBHOOK_ID, VALIDATE_WEBHOOK_ID):
+        answer = asyncio.run(admission.answer(_review(with_fields), webhook, context))["response"]
+        assert answer == plain[webhook]
+    assert judged and all("managedFields" not in o["metadata"] for o in judged)

@@ -122,6 +122,9 @@ def test_the_cache_keeps_only_the_newest_entries() -> None:
 def test_the_key_ignores_only_what_the_api_server_sets() -> None:
     obj = B().name("k").build()
     assert AdmissionCache.key(obj) == AdmissionCache.key(_as_stored(obj))
+    managed = copy.deepcopy(obj)
+    managed["metadata"]["managedFields"] = [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {}}}]
+    assert AdmissionCache.key(obj) == AdmissionCache.key(managed)  # no rule reads it
     changed = copy.deepcopy(obj)
     changed["metadata"].setdefault("annotations", {})["a"] = "b"
     assert AdmissionCache.key(obj) != AdmissionCache.key(changed)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from glm_operator.k8s import admission_review
 from glm_operator.k8s.admission_review import MAX_DEPTH, Refusal, check_request_line, check_structure, parse_review
 from glm_operator.k8s.webhooks import RESOURCES, WEBHOOK_IDS
 from tests.support.hostile_reviews import HOSTILE, VALID, Hostile, review, valid_object
@@ -86,6 +88,16 @@ def test_the_unparsed_depth_count_agrees_with_the_parsed_one(value: object, inde
                 check_structure(body)
         else:
             check_structure(body)
+
+
+_ONE_CHARACTER_AT_A_TIME = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(body=st.binary(max_size=300) | st.text(alphabet='"\\ab{[\n', max_size=60).map(str.encode))
+def test_the_string_scan_blanks_what_the_plain_pattern_blanks(body: bytes) -> None:
+    """The scan's string pattern (runs between escapes) matches exactly what one character at a time matches."""
+    assert admission_review._STRING.sub(b'""', body) == _ONE_CHARACTER_AT_A_TIME.sub(b'""', body)
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)

@@ -83,6 +83,13 @@ def test_catalog_source_rereads_after_its_ttl() -> None:
     assert source.get().models.lookup("acme/GLM-5.3-ft") is not None
 
 
+def test_without_a_configmap_the_catalogs_are_built_once() -> None:
+    """Nothing to re-read: the same catalogs for good (the admission cache keys on them, and a rebuild costs a
+    parse of the packaged YAML inside a review)."""
+    source = CatalogSource(None, ttl_seconds=0)
+    assert source.get() is source.get()
+
+
 def test_glmctl_validate_takes_catalog_files(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
     ext = tmp_path / "catalog.yaml"
     ext.write_text(EXTENSION)

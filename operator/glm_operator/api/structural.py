@@ -70,8 +70,12 @@ def explain_path(path: str) -> str:
 
 def check(obj: dict[str, Any]) -> list[SchemaProblem]:
     """Every place where `obj` (a GLMDeployment manifest) breaks the CRD's schema; empty when none."""
+    return check_cleaned(drop_nulls(obj))
+
+
+def check_cleaned(obj: dict[str, Any]) -> list[SchemaProblem]:
+    """`check` of an object whose null-valued keys are already dropped (`drop_nulls`)."""
     root = _root()
-    obj = drop_nulls(obj)
     out: list[SchemaProblem] = []
     top = {k: v for k, v in obj.items() if k not in _NOT_CHECKED}
     _object(top, {**root, "properties": _without(root["properties"], _NOT_CHECKED)}, "", out)

@@ -23,7 +23,7 @@ import kopf
 from glm_operator.api import GROUP, PLURAL, VERSION
 from glm_operator.api.constants import REPAIR_WEBHOOK_ID, VALIDATE_WEBHOOK_ID
 from glm_operator.control.runtime import Runtime, runtime
-from glm_operator.k8s.access import AccessCheckFailed, denied
+from glm_operator.k8s.access import AccessCheckFailed, all_granted, denied
 from glm_operator.k8s.metrics import record_admission
 from glm_operator.k8s.webhooks import decide, large_review
 from glm_operator.rules.access import new_access_needs
@@ -52,9 +52,19 @@ class Repair:
     warnings: list[str] = field(default_factory=list)
 
 
+def _as_judged(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without metadata.managedFields, which no rule reads: in a review it is as large as the rest of the
+    object, and the engine would copy and check it for nothing (bench/RESULTS.md, admission)."""
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict) or "managedFields" not in metadata:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
+
+
 async def _admit(obj: dict[str, Any], context: Runtime) -> Admission:
     """Evaluate the rules once per object (a large review off the event loop, and not kept); an unexpected failure is
     a 4xx, never a 500."""
+    obj = _as_judged(obj)
     catalogs = context.catalogs.get()
     key = None if large_review() else context.admissions.key(obj)
     if key is not None and (kept := context.admissions.get(key, catalogs)) is not None:
@@ -108,7 +118,10 @@ async def validate_object(
     namespace = obj.get("metadata", {}).get("namespace") or ""
     user = dict(userinfo or {})
     try:
-        refused = await asyncio.to_thread(denied, needs, namespace, user) if needs else []
+        # Rights granted a moment ago are remembered; only a need the API server must be asked about goes to a
+        # thread (its SubjectAccessReviews block).
+        asked = needs and not all_granted(needs, namespace, user)
+        refused = await asyncio.to_thread(denied, needs, namespace, user) if asked else []
     except AccessCheckFailed as err:
         raise Denied(f"glmops could not check the author's rights, so refuses: {err}", 429, warnings) from err
     findings = [n.refusal(namespace, str(user.get("username") or "this user")) for n in refused]

@@ -19,8 +19,9 @@ from typing import Any
 
 from glm_operator.rules.engine import Admission
 
-SERVER_SET = ("uid", "creationTimestamp", "generation", "resourceVersion")
-"""metadata the API server sets between the mutating and the validating call of a create."""
+SERVER_SET = ("uid", "creationTimestamp", "generation", "resourceVersion", "managedFields")
+"""metadata the API server sets between the mutating and the validating call of a create; and managedFields, which
+no rule reads (left out, it is neither written out nor hashed for each call)."""
 
 
 class AdmissionCache:

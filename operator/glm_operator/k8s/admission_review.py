@@ -86,7 +86,9 @@ def check_structure(body: bytes) -> None:
         raise Refusal(400, f"JSON nested more than {MAX_DEPTH} levels")
 
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# A JSON string, written as runs of plain characters between escapes: the same match as `"(?:[^"\\]|\\.)*"` at less
+# than half its time on a review (one step per run, not one alternation per character; bench/RESULTS.md).
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _BRACKET_STEP = [0] * 256
 _BRACKET_STEP[ord("{")] = _BRACKET_STEP[ord("[")] = 1

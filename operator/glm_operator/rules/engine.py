@@ -9,7 +9,6 @@ operator, which parsed the stored object once at its edge (`validated_condition`
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import re
@@ -75,7 +74,8 @@ def evaluate(obj: dict[str, Any], catalogs: Catalogs) -> list[Finding]:
 
 def parse(obj: dict[str, Any]) -> GLMDeployment | list[Finding]:
     """The object as the model, or the schema findings that keep it from parsing (secret-like env values hidden)."""
-    problems = structural.check(obj)
+    cleaned = structural.drop_nulls(obj)  # once, for the schema check and the model both
+    problems = structural.check_cleaned(cleaned)
     if problems:
         return hide_secret_env(
             [
@@ -85,7 +85,7 @@ def parse(obj: dict[str, Any]) -> GLMDeployment | list[Finding]:
             obj,
         )
     try:
-        return GLMDeployment.model_validate(structural.drop_nulls(obj))
+        return GLMDeployment.model_validate(cleaned)
     except ValidationError as err:
         return hide_secret_env(schema_findings(err), obj)
 
@@ -157,8 +157,9 @@ def owned_env(annotations: Mapping[str, str]) -> dict[str, str]:
 def admit(obj: dict[str, Any], catalogs: Catalogs | None = None) -> Admission:
     """Decide on one GLMDeployment, repairing it first when its policy is Auto."""
     catalogs = catalogs or Catalogs.packaged()
-    # Repairs work on the object as the API server keeps it: null-valued keys are dropped there too.
-    current = structural.drop_nulls(copy.deepcopy(obj))
+    # Repairs work on the object as the API server keeps it: null-valued keys are dropped there too. drop_nulls builds
+    # every dict and list anew, so the repairs below never reach the caller's object (no deep copy needed).
+    current = structural.drop_nulls(obj)
     findings = evaluate(current, catalogs)
     if any(f.rule == "schema" for f in findings):
         return Admission(False, findings, current)
