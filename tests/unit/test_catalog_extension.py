@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from glm_operator.catalog.bundle import CatalogError, Catalogs
@@ -88,6 +91,58 @@ def test_without_a_configmap_the_catalogs_are_built_once() -> None:
     parse of the packaged YAML inside a review)."""
     source = CatalogSource(None, ttl_seconds=0)
     assert source.get() is source.get()
+
+
+def test_a_configmap_that_cannot_be_read_keeps_the_last_good_catalogs_unreported() -> None:
+    """The API server refusing or not answering is not the extension's fault: no error on every GLMDeployment,
+    the last good catalogs stay, and the next read after the TTL takes the ConfigMap again."""
+
+    def reader(texts: list[object]) -> object:
+        def read(_ns: str, _name: str) -> str | None:
+            text = texts.pop(0)
+            if isinstance(text, Exception):
+                raise text
+            return text  # type: ignore[return-value]
+
+        return read
+
+    source = CatalogSource("ns/cm", reader=reader([EXTENSION, ConnectionError("refused"), None]), ttl_seconds=0)  # type: ignore[arg-type]
+    assert source.get().models.lookup("acme/GLM-5.3-ft") is not None
+    assert source.get().models.lookup("acme/GLM-5.3-ft") is not None and source.last_error is None
+    assert source.get().models.lookup("acme/GLM-5.3-ft") is None  # read again: the extension was removed
+    first = CatalogSource("ns/cm", reader=reader([TimeoutError("no answer")]), ttl_seconds=0)  # type: ignore[arg-type]
+    assert first.get().models == Catalogs.packaged().models and first.last_error is None
+
+
+def test_in_the_background_a_stale_configmap_is_read_without_holding_the_caller() -> None:
+    """The operator's source: `get` answers at once with what it has while a re-read waits on the API server."""
+    release = threading.Event()
+    reads: list[float] = []
+
+    def slow(_ns: str, _name: str) -> str | None:
+        reads.append(time.monotonic())
+        if len(reads) > 1:
+            assert release.wait(10)
+            return EXTENSION
+        return None
+
+    source = CatalogSource("ns/cm", reader=slow, ttl_seconds=0, background=True)
+    first = source.get()  # nothing cached yet: read here
+    assert first.models.lookup("acme/GLM-5.3-ft") is None
+    start = time.monotonic()
+    assert source.get() is first and source.get() is first  # stale: the re-read started, the callers not held
+    assert time.monotonic() - start < 1
+    while len(reads) < 2:  # the re-read's thread has started
+        assert time.monotonic() - start < 10, "no re-read was started"
+        time.sleep(0.01)
+    source.get()
+    time.sleep(0.05)
+    assert len(reads) == 2  # one re-read at a time
+    release.set()
+    deadline = time.monotonic() + 10
+    while source.get().models.lookup("acme/GLM-5.3-ft") is None:
+        assert time.monotonic() < deadline, "the background read never took effect"
+        time.sleep(0.01)
 
 
 def test_glmctl_validate_takes_catalog_files(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001

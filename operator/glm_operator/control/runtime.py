@@ -108,6 +108,8 @@ class Runtime:
             image_policy=ImagePolicy.from_env(env),
             # GLMOPS_ACCESS_POLICY (the chart's podPolicy and canaryData), read once: malformed stops the start-up.
             access_policy=AccessPolicy.from_env(env),
+            # A stale ConfigMap is re-read in a thread: never on the event loop the webhooks answer on.
+            background=True,
         )
         return cls(
             catalogs=catalogs,

@@ -47,6 +47,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         memo.runtime = Runtime.from_env(os.environ).sharing_state_of(getattr(memo, "runtime", None))
     except ValueError as err:  # a malformed setting (log level, image policy): retrying cannot fix it
         raise kopf.PermanentError(str(err)) from err
+    memo.runtime.catalogs.get()  # the first read of a catalog ConfigMap here, not inside the first review
     settings.persistence.finalizer = f"{PREFIX}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(

@@ -35,7 +35,12 @@ def _read_configmap(namespace: str, name: str) -> str | None:
 
 class CatalogSource:
     """Packaged catalogs plus the ConfigMap's extension. A broken extension is reported (`last_error`, which the
-    planner turns into a condition and an Event on every GLMDeployment) and the last good catalogs stay in use."""
+    planner turns into a condition and an Event on every GLMDeployment) and the last good catalogs stay in use.
+
+    With `background` (the operator), a stale extension is re-read in a thread while `get` goes on answering with
+    the catalogs it has: the webhooks and the reconciles call `get` on the event loop, where a read of the
+    ConfigMap would hold every review and every handler for an API round trip (or the client's timeout).
+    """
 
     def __init__(
         self,
@@ -46,8 +51,11 @@ class CatalogSource:
         default_rdma_resource: str | None = None,
         image_policy: ImagePolicy | None = None,
         access_policy: AccessPolicy | None = None,
+        background: bool = False,
     ) -> None:
         self._ref = ref
+        self._background = background
+        self._refreshing = False
         self._image_policy = image_policy or ImagePolicy()
         self._access_policy = access_policy or AccessPolicy()
         # With in-cluster image builds, glmops' patched images live in the cluster's registry.
@@ -67,9 +75,24 @@ class CatalogSource:
             # (a rebuild parses the packaged YAML, about 70 ms on the event loop, inside whichever review came next).
             if self._cached and (not self._ref or now - self._cached[0] < self._ttl):
                 return self._cached[1]
+            if self._cached and self._background:
+                if not self._refreshing:
+                    self._refreshing = True
+                    threading.Thread(target=self._refresh, name="glmops-catalog-refresh", daemon=True).start()
+                return self._cached[1]
             catalogs = self._load()
             self._cached = (now, catalogs)
             return catalogs
+
+    def _refresh(self) -> None:
+        catalogs: Catalogs | None = None
+        try:
+            catalogs = self._load()
+        finally:
+            with self._lock:
+                if catalogs is not None:
+                    self._cached = (time.monotonic(), catalogs)
+                self._refreshing = False
 
     def _load(self) -> Catalogs:
         packaged = replace(Catalogs.packaged(), image_policy=self._image_policy, access_policy=self._access_policy)
@@ -82,6 +105,11 @@ class CatalogSource:
         namespace, _, name = self._ref.partition("/")
         try:
             text = self._reader(namespace, name)
+        except Exception as err:  # noqa: BLE001 (the API server's refusal or absence: read again after the TTL)
+            # Not the extension's fault, so not reported on every GLMDeployment: the last good catalogs stay.
+            log.warning("could not read the catalog ConfigMap %s, keeping the last good catalogs: %s", self._ref, err)
+            return self._last_good or packaged
+        try:
             catalogs = packaged.extend(text, source=f"configmap {self._ref}") if text else packaged
         except CatalogError as err:
             self.last_error = str(err)
