@@ -37,7 +37,7 @@ from glm_operator.api.constants import ConditionType, ImageReason
 from glm_operator.catalog.bundle import Catalogs
 from glm_operator.render.dockerfile import PLUGIN_VERSION
 from glm_operator.render.imagebuild import image_name
-from tests.conftest import ARTIFACTS, OperatorProcess
+from tests.conftest import OperatorProcess
 from tests.images.test_operator_image import podman
 from tests.support.cluster import REPO, Cluster, eventually
 from tests.support.cpu_pod import (
@@ -47,6 +47,7 @@ from tests.support.cpu_pod import (
     access_policy,
     canaries_fail_and_gate_holds,
     cpu_manifest,
+    figures_fixture,
     fill_node_cache,
     real_pod_marks,
     serve,
@@ -67,13 +68,7 @@ BUILD_TIMEOUT_S = 1500  # the base's layers (6.7 GB) pulled and unpacked by Buil
 ROOT = 0
 
 
-@pytest.fixture(scope="module")
-def notes() -> Iterator[dict[str, Any]]:
-    figures: dict[str, Any] = {}
-    yield figures
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    (ARTIFACTS / "real-vllm-built-image-figures.json").write_text(json.dumps(figures, indent=2))
-    print(f"\nreal vLLM from the built image: {figures}")
+notes = figures_fixture("real-vllm-built-image-figures.json", "real vLLM from the built image")
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ import httpx
 import pytest
 
 from glm_operator.api.constants import CANARY_CONDITION, VLLM_PORT, Reason
-from tests.conftest import ARTIFACTS, OperatorProcess
+from tests.conftest import OperatorProcess
 from tests.support.cluster import REPO, Cluster, eventually, run_script
 from tests.support.cpu_pod import (
     ACCELERATOR,
@@ -44,12 +44,12 @@ from tests.support.cpu_pod import (
     START_TIMEOUT_S,
     Served,
     access_policy,
-    build_cpu_image,
     canaries_fail_and_gate_holds,
     condition,
+    figures_fixture,
     fill_node_cache,
     group_manifest,
-    import_cpu_image,
+    node_fixtures,
     real_pod_marks,
     serve,
     server_up,
@@ -65,25 +65,8 @@ LEADER_ADDRESS = "LWS_LEADER_ADDRESS"
 LWS_ADDR = "127.0.45.7"  # the controller's loopback address for this cluster (cluster/lws.sh)
 
 
-@pytest.fixture(scope="module")
-def notes() -> Iterator[dict[str, Any]]:
-    figures: dict[str, Any] = {}
-    yield figures
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    (ARTIFACTS / "real-vllm-group-figures.json").write_text(json.dumps(figures, indent=2))
-    print(f"\nreal vLLM group e2e: {figures}")
-
-
-@pytest.fixture(scope="module")
-def cpu_image(notes: dict[str, Any]) -> tuple[str, str]:
-    return build_cpu_image(notes)
-
-
-@pytest.fixture(scope="module")
-def node(real_node: RealNode, cpu_image: tuple[str, str], notes: dict[str, Any]) -> RealNode:
-    real_node.ensure_up()
-    import_cpu_image(real_node, *cpu_image, notes)
-    return real_node
+notes = figures_fixture("real-vllm-group-figures.json", "real vLLM group e2e")
+cpu_image, node = node_fixtures()
 
 
 @pytest.fixture(scope="module")
@@ -205,6 +188,17 @@ def _serving_through_the_service(served: Served, leader: dict[str, Any]) -> bool
     return True
 
 
+def _serves(served: Served, leader: dict[str, Any], group: str, figure: str, since: float) -> None:
+    """Wait for `group` (led by `leader`) to pass and serve through its Service; record the time since `since`."""
+    eventually(
+        lambda: _serving_through_the_service(served, leader),
+        timeout=CANARY_TIMEOUT_S,
+        interval=1,
+        what=f"{group} to pass and serve",
+    )
+    timed(served.notes, figure, since)
+
+
 def test_a_group_that_passes_serves_through_its_service_and_a_dead_worker_takes_it_out(
     served: Served, node: RealNode
 ) -> None:
@@ -215,13 +209,7 @@ def test_a_group_that_passes_serves_through_its_service_and_a_dead_worker_takes_
     )
     leader = served.pod()
     # The next attempt (on the failed gate's backoff) reads the new canaries: the group passes and serves.
-    eventually(
-        lambda: _serving_through_the_service(served, leader),
-        timeout=CANARY_TIMEOUT_S,
-        interval=1,
-        what="the group to pass and serve",
-    )
-    timed(served.notes, "passable canaries -> group serving s", patched)
+    _serves(served, leader, "the group", "passable canaries -> group serving s", patched)
     gate = condition(served.pod(), CANARY_CONDITION)
     assert (gate["status"], gate["reason"]) == ("True", Reason.CANARY_PASSED), gate
 
@@ -250,13 +238,7 @@ def test_a_group_that_passes_serves_through_its_service_and_a_dead_worker_takes_
     eventually(reformed, timeout=300, interval=2, what="LWS to recreate the group")
     new_leader = server_up(served, timeout=START_TIMEOUT_S)
     timed(served.notes, "worker killed -> new group up s", lost)
-    eventually(
-        lambda: _serving_through_the_service(served, new_leader),
-        timeout=CANARY_TIMEOUT_S,
-        interval=1,
-        what="the new group to pass and serve",
-    )
-    timed(served.notes, "worker killed -> new group serving s", lost)
+    _serves(served, new_leader, "the new group", "worker killed -> new group serving s", lost)
     conditions = {c["type"]: c for c in served.pod()["status"]["conditions"]}
     gate, ready = conditions[CANARY_CONDITION], conditions["Ready"]
     # The new leader served only once its own canaries passed.

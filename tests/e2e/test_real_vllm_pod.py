@@ -46,7 +46,7 @@ import yaml
 
 from glm_operator.api.constants import CANARY_CONDITION, VLLM_PORT, Reason
 from glm_operator.render.security import vllm_security_context
-from tests.conftest import ARTIFACTS, TEST_METRICS_PORT, OperatorProcess
+from tests.conftest import TEST_METRICS_PORT, OperatorProcess
 from tests.realvllm.rendered import rendered_pod
 from tests.support.cluster import REPO, Cluster, eventually
 from tests.support.cpu_pod import (
@@ -59,12 +59,12 @@ from tests.support.cpu_pod import (
     TP_FLAG,
     Served,
     access_policy,
-    build_cpu_image,
     canaries_fail_and_gate_holds,
     condition,
     cpu_manifest,
+    figures_fixture,
     fill_node_cache,
-    import_cpu_image,
+    node_fixtures,
     real_pod_marks,
     serve,
     server_up,
@@ -77,27 +77,8 @@ from tests.support.realnode import NODE_NAME, RealNode, gpu_stand_in
 pytestmark = real_pod_marks("the CPU vLLM image in a real pod (built and imported: 15 min cold, 3-5 min warm)", 1800)
 
 
-@pytest.fixture(scope="module")
-def notes() -> Iterator[dict[str, Any]]:
-    """Figures of this run, printed and kept with the artifacts."""
-    figures: dict[str, Any] = {}
-    yield figures
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    (ARTIFACTS / "real-vllm-pod-figures.json").write_text(json.dumps(figures, indent=2))
-    print(f"\nreal vLLM pod e2e: {figures}")
-
-
-@pytest.fixture(scope="module")
-def cpu_image(notes: dict[str, Any]) -> tuple[str, str]:
-    return build_cpu_image(notes)
-
-
-@pytest.fixture(scope="module")
-def node(real_node: RealNode, cpu_image: tuple[str, str], notes: dict[str, Any]) -> RealNode:
-    """The real node with the CPU image in its containerd."""
-    real_node.ensure_up()
-    import_cpu_image(real_node, *cpu_image, notes)
-    return real_node
+notes = figures_fixture("real-vllm-pod-figures.json", "real vLLM pod e2e")
+cpu_image, node = node_fixtures()
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -133,6 +134,37 @@ class Served:
 
 IMAGE_USER = 65532  # images/vllm-cpu/Dockerfile
 ARCHIVE_LABEL = "dev.glmops.imported-from"
+
+
+def figures_fixture(file: str, title: str) -> Any:
+    """A module's `notes` fixture: the figures its tests record, printed at the end and kept as ARTIFACTS/`file`."""
+
+    @pytest.fixture(scope="module", name="notes")
+    def notes() -> Iterator[dict[str, Any]]:
+        figures: dict[str, Any] = {}
+        yield figures
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        (ARTIFACTS / file).write_text(json.dumps(figures, indent=2))
+        print(f"\n{title}: {figures}")
+
+    return notes
+
+
+def node_fixtures() -> tuple[Any, Any]:
+    """A module's `cpu_image` (built when out of date) and `node` fixtures (the real node, with that image in its
+    containerd)."""
+
+    @pytest.fixture(scope="module", name="cpu_image")
+    def cpu_image(notes: dict[str, Any]) -> tuple[str, str]:
+        return build_cpu_image(notes)
+
+    @pytest.fixture(scope="module", name="node")
+    def node(real_node: RealNode, cpu_image: tuple[str, str], notes: dict[str, Any]) -> RealNode:
+        real_node.ensure_up()  # an earlier module may have stopped it
+        import_cpu_image(real_node, *cpu_image, notes)
+        return real_node
+
+    return cpu_image, node
 
 
 def build_cpu_image(notes: dict[str, Any]) -> tuple[str, str]:
