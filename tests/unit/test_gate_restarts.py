@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from glm_operator.api.constants import CANARY_CONDITION, Reason
+from glm_operator.api.constants import CANARY_CONDITION, LABEL_DEPLOYMENT, Reason
 from glm_operator.canary.results import CheckResult, SuiteResult
 from glm_operator.canary.supervisor import WatchedPod, gate_view
 from glm_operator.control import gate_loop
@@ -137,3 +137,28 @@ async def test_a_refused_gate_write_on_restart_does_not_end_the_gate(monkeypatch
     state = GateState(gate="True")
     await gate_loop._server_restarted(_watched(1), "glm", state, 1, context)
     assert state.gate == "False", "the next verdict is written from a gate that is out, whatever this write did"
+
+
+async def test_a_deleted_pods_report_is_dropped_once_the_api_server_answers_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seen in CI: the API server restarted while a deleted pod's gate dropped its report; the write's
+    RemoteDisconnected ended the gate task with a traceback. It is retried like every other gate write."""
+    import urllib3
+
+    calls: list[str] = []
+
+    def write(namespace: str, parent: str, pod: str, *_: Any) -> None:
+        calls.append(pod)
+        if len(calls) == 1:
+            raise urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionError("Remote end closed"))
+
+    monkeypatch.setattr(gate_loop.objects, "write_canary_report", write)
+    monkeypatch.setattr(gate_loop, "API_RETRY_S", 0.01)
+    context: Any = SimpleNamespace(observed=SimpleNamespace(get=lambda *_: None))
+    view = _pod(0)
+    view["metadata"]["labels"] = {LABEL_DEPLOYMENT: "glm"}
+    pod = WatchedPod("ns", "glm-0", gate_view(view))
+    pod.stop(gone=True)  # deleted before its gate ran: the gate only drops its report
+    await gate_loop.canary_gate(pod, context, lambda *_: None, SimpleNamespace())  # type: ignore[arg-type]
+    assert calls == ["glm-0", "glm-0"]

@@ -140,7 +140,8 @@ async def canary_gate(pod: WatchedPod, context: Runtime, watched: PodView, runs:
             return  # the GLMDeployment is gone
         await _wait_unless_restarted(pod, delay, seen)
     if pod.gone:  # the pod was deleted: its report goes; an operator that stops or pauses keeps them
-        await asyncio.to_thread(_forget, pod.namespace, parent, pod.name, context)
+        # Retried while the API server does not answer (a restart): a traceback would end the task, the report stay.
+        await _api(_forget, pod.namespace, parent, pod.name, context)
 
 
 def _deployment(context: Runtime, namespace: str, name: str) -> dict[str, Any] | None:
