@@ -306,7 +306,11 @@ def _daemonless(tools: Path, env: dict[str, str], up_after: float) -> subprocess
     work = Path(tempfile.mkdtemp(prefix="glmops-daemonless-"))
     try:
         daemon, client = work / "buildkitd", work / "buildctl"
-        daemon.write_text(f'#!/bin/sh\necho "daemon $*"\ndate +%s.%N > {work}/started\nexec sleep 300\n')
+        # Written whole, then moved: a client reading a half-written file would take an empty start as 0 (up).
+        daemon.write_text(
+            f'#!/bin/sh\necho "daemon $*"\ndate +%s.%N > {work}/starting\nmv {work}/starting {work}/started\n'
+            "exec sleep 300\n"
+        )
         client.write_text(
             "#!/bin/sh\n"
             f"[ -f {work}/started ] || exit 1\n"
