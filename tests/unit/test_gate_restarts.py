@@ -102,9 +102,18 @@ async def test_the_sleep_between_checks_lasts_its_time_when_nothing_restarts() -
     assert loop.time() - start >= 0.3
 
 
-@pytest.mark.parametrize(("gate", "warned"), [("True", True), ("False", False), (None, False)])
+@pytest.mark.parametrize(
+    ("gate", "view", "warned"),
+    [
+        ("True", "True", True),
+        ("False", "False", False),
+        (None, "False", False),
+        (None, None, False),
+        ("False", "True", True),  # the pod is in service on a pass the task's state has not recorded yet
+    ],
+)
 async def test_a_restart_writes_the_gate_false_and_warns_only_when_it_takes_the_pod_out(
-    monkeypatch: pytest.MonkeyPatch, gate: str | None, warned: bool
+    monkeypatch: pytest.MonkeyPatch, gate: str | None, view: str | None, warned: bool
 ) -> None:
     written: list[tuple[Any, ...]] = []
     events: list[tuple[str, str]] = []
@@ -118,7 +127,7 @@ async def test_a_restart_writes_the_gate_false_and_warns_only_when_it_takes_the_
     observed = SimpleNamespace(get=lambda namespace, kind, name: {"metadata": {"name": name, "namespace": namespace}})
     context: Any = SimpleNamespace(observed=observed)
     state = GateState(gate=gate)
-    pod = _watched(1)
+    pod = WatchedPod("ns", "glm-0", gate_view(_pod(1, gate=view)))  # type: ignore[arg-type]
     await gate_loop._server_restarted(pod, "glm", state, 1, context)
     assert written == [("ns", "glm-0", "False", Reason.SERVER_RESTARTED)]
     assert state.gate == "False"

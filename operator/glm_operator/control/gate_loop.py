@@ -201,7 +201,9 @@ async def _server_restarted(
 ) -> None:
     """The server container restarted: gate False at once (a Warning Event when that takes the pod out of service);
     the loop judges the new server as soon as it is up, whatever backoff the old one had earned."""
-    was_serving = state.gate == "True"
+    # In service if this task passed it, or if the pod carries a True gate this task has not recorded yet (seen in
+    # CI: a restart right after the pod became Ready, before the task's state held the pass).
+    was_serving = state.gate == "True" or gate_condition(pod.body) == "True"
     decision = state.restarted(restarts)
     log.info("pod %s/%s: %s", pod.namespace, pod.name, decision[2])
     body = _deployment(context, pod.namespace, parent)
