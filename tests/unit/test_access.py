@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -29,6 +28,7 @@ from glm_operator.rules.access import (
     new_access_needs,
 )
 from glm_operator.rules.engine import admit
+from tests.support.authorizer import fake_authorizer
 from tests.support.builders import GLMDeploymentBuilder as B
 
 
@@ -222,27 +222,8 @@ def test_the_subject_access_review_asks_for_the_requesting_user_with_groups_and_
     }
 
 
-def _fake_authorizer(monkeypatch: pytest.MonkeyPatch, allowed: set[str]) -> list[Any]:
-    asked: list[Any] = []
-
-    class Api:
-        def __init__(self, _client: Any) -> None:
-            pass
-
-        def create_subject_access_review(self, body: Any, _request_timeout: float) -> Any:
-            assert 0 < _request_timeout <= k8s_access.REVIEWS_BUDGET_S
-            asked.append(body)
-            name = body.spec.resource_attributes.name
-            return SimpleNamespace(status=SimpleNamespace(allowed=name in allowed))
-
-    monkeypatch.setattr(k8s_access.kubernetes.client, "AuthorizationV1Api", Api)
-    monkeypatch.setattr(k8s_access, "api_client", lambda: None)
-    monkeypatch.setattr(k8s_access, "GRANTED", k8s_access.GrantedRights())  # nothing remembered from other tests
-    return asked
-
-
 def test_a_granted_right_is_remembered_for_its_ttl_and_asked_again_after(monkeypatch: pytest.MonkeyPatch) -> None:
-    asked = _fake_authorizer(monkeypatch, allowed={"mine"})
+    asked = fake_authorizer(monkeypatch, allowed={"mine"})
     now = [100.0]
     granted = k8s_access.GrantedRights(clock=lambda: now[0])
     needs = [AccessNeed("a", "get", "secrets", "mine")]
@@ -257,7 +238,7 @@ def test_a_granted_right_is_remembered_for_its_ttl_and_asked_again_after(monkeyp
 
 def test_a_refusal_is_never_remembered_so_a_right_just_granted_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     allowed: set[str] = set()
-    asked = _fake_authorizer(monkeypatch, allowed=allowed)
+    asked = fake_authorizer(monkeypatch, allowed=allowed)
     granted = k8s_access.GrantedRights()
     needs = [AccessNeed("a", "get", "secrets", "theirs")]
     assert len(k8s_access.denied(needs, "ns", {"username": "alice"}, granted)) == 1
@@ -280,7 +261,7 @@ def test_a_refusal_is_never_remembered_so_a_right_just_granted_counts(monkeypatc
 def test_a_right_granted_to_one_user_object_and_namespace_is_not_lent_to_another(
     monkeypatch: pytest.MonkeyPatch, other: tuple[dict[str, Any], str, str]
 ) -> None:
-    asked = _fake_authorizer(monkeypatch, allowed={"mine", "also-mine"})
+    asked = fake_authorizer(monkeypatch, allowed={"mine", "also-mine"})
     granted = k8s_access.GrantedRights()
     alice = {"username": "alice", "uid": "u1", "groups": ["team-a"]}
     k8s_access.denied([AccessNeed("a", "get", "secrets", "mine")], "ns", alice, granted)
@@ -290,7 +271,7 @@ def test_a_right_granted_to_one_user_object_and_namespace_is_not_lent_to_another
 
 
 def test_all_granted_says_whether_the_api_server_would_be_asked_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    asked = _fake_authorizer(monkeypatch, allowed={"mine", "also-mine"})
+    asked = fake_authorizer(monkeypatch, allowed={"mine", "also-mine"})
     now = [100.0]
     granted = k8s_access.GrantedRights(clock=lambda: now[0])
     alice = {"username": "alice", "uid": "u1", "groups": ["team-a"]}
@@ -316,7 +297,7 @@ def test_the_rights_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_only_the_needs_the_api_server_denies_are_returned(monkeypatch: pytest.MonkeyPatch) -> None:
-    asked = _fake_authorizer(monkeypatch, allowed={"mine"})
+    asked = fake_authorizer(monkeypatch, allowed={"mine"})
     needs = [AccessNeed("a", "get", "secrets", "mine"), AccessNeed("b", "get", "secrets", "theirs")]
     assert [n.name for n in k8s_access.denied(needs, "ns", {"username": "alice"})] == ["theirs"]
     assert [a.spec.user for a in asked] == ["alice", "alice"]
@@ -324,21 +305,21 @@ def test_only_the_needs_the_api_server_denies_are_returned(monkeypatch: pytest.M
 
 def test_more_objects_than_the_review_budget_are_refused_unasked(monkeypatch: pytest.MonkeyPatch) -> None:
     names = [f"s{i}" for i in range(k8s_access.MAX_REVIEWS + 3)]
-    asked = _fake_authorizer(monkeypatch, allowed=set(names))
+    asked = fake_authorizer(monkeypatch, allowed=set(names))
     needs = [AccessNeed(f"f{i}", "get", "secrets", name) for i, name in enumerate(names)]
     assert [n.name for n in k8s_access.denied(needs, "ns", {"username": "alice"})] == names[-3:]
     assert len(asked) == k8s_access.MAX_REVIEWS
 
 
 def test_the_same_object_named_twice_is_asked_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    asked = _fake_authorizer(monkeypatch, allowed=set())
+    asked = fake_authorizer(monkeypatch, allowed=set())
     needs = [AccessNeed("a", "get", "secrets", "x"), AccessNeed("b", "get", "secrets", "x")]
     assert len(k8s_access.denied(needs, "ns", {"username": "alice"})) == 2
     assert len(asked) == 1
 
 
 def test_reviews_past_their_time_budget_refuse_instead_of_stalling_admission(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_authorizer(monkeypatch, allowed={"x", "y"})
+    fake_authorizer(monkeypatch, allowed={"x", "y"})
     clock = iter([0.0, 0.0, k8s_access.REVIEWS_BUDGET_S + 1])
     monkeypatch.setattr(k8s_access.time, "monotonic", lambda: next(clock))
     needs = [AccessNeed("a", "get", "secrets", "x"), AccessNeed("b", "get", "secrets", "y")]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from types import SimpleNamespace
 from typing import Any
 
 import kopf
@@ -12,9 +11,9 @@ import pytest
 from prometheus_client import REGISTRY
 
 from glm_operator.handlers import admission
-from glm_operator.k8s import access as k8s_access
 from glm_operator.k8s.access import AccessCheckFailed
 from glm_operator.rules.access import AccessNeed
+from tests.support.authorizer import fake_authorizer
 from tests.support.builders import GLMDeploymentBuilder as B
 
 ALICE = {"username": "alice", "uid": "1", "groups": ["team-a"]}
@@ -43,22 +42,14 @@ def _authorizer(monkeypatch: pytest.MonkeyPatch, readable: set[str]) -> list[tup
     return asked
 
 
+def _names(reviews: list[Any]) -> list[str]:
+    return [r.spec.resource_attributes.name for r in reviews]
+
+
 def test_rights_granted_a_moment_ago_are_answered_without_a_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """The first review asks the API server (in a thread: the SubjectAccessReview blocks); the next one within the
     grant's lifetime reads the remembered grant on the event loop."""
-    asked: list[str] = []
-
-    class Api:
-        def __init__(self, _client: Any) -> None:
-            pass
-
-        def create_subject_access_review(self, body: Any, _request_timeout: float) -> Any:
-            asked.append(body.spec.resource_attributes.name)
-            return SimpleNamespace(status=SimpleNamespace(allowed=True))
-
-    monkeypatch.setattr(k8s_access.kubernetes.client, "AuthorizationV1Api", Api)
-    monkeypatch.setattr(k8s_access, "api_client", lambda: None)
-    monkeypatch.setattr(k8s_access, "GRANTED", k8s_access.GrantedRights())
+    reviews = fake_authorizer(monkeypatch, allowed={"mine", "also-mine"})
     threads: list[str] = []
     to_thread = asyncio.to_thread
 
@@ -69,9 +60,9 @@ def test_rights_granted_a_moment_ago_are_answered_without_a_thread(monkeypatch: 
     monkeypatch.setattr(admission.asyncio, "to_thread", counted)
     _validate(_obj("mine"))
     _validate(_obj("mine"))
-    assert asked == ["mine"] and threads == ["denied"]
+    assert _names(reviews) == ["mine"] and threads == ["denied"]
     _validate(_obj("mine", "also-mine"))  # a need not yet granted: asked, in a thread
-    assert asked == ["mine", "also-mine"] and threads == ["denied", "denied"]
+    assert _names(reviews) == ["mine", "also-mine"] and threads == ["denied", "denied"]
 
 
 def test_a_secret_the_author_may_not_read_is_refused_naming_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
